@@ -1,0 +1,285 @@
+// Package pgtest provides a real PostgreSQL to tests, the harness and the
+// benchmarks. No part of reservebench is tested against a mock database.
+//
+// A server is found in this order:
+//
+//  1. RESERVEBENCH_DSN: any server that speaks the PostgreSQL protocol, e.g.
+//     "postgres://postgres@localhost:5432/postgres?sslmode=disable". The role
+//     must be able to create databases; pgtest creates its own and drops them.
+//  2. Local binaries (initdb, pg_ctl, postgres) from RESERVEBENCH_PG_BINDIR,
+//     `pg_config --bindir`, PATH, /usr/lib/postgresql/*/bin or Homebrew: a
+//     throwaway cluster in a temp dir, reached over a Unix socket in that dir.
+//     As root (CI), initdb and the server run as the `postgres` user, because
+//     PostgreSQL refuses to run as root.
+//  3. A postgres container through dockertest when a Docker daemon answers.
+//
+// Otherwise Start fails with one message naming the three ways.
+//
+// A local cluster is watched by a small guard process that holds a pipe from
+// the test process: when the test process exits for any reason (a failed test,
+// a panic, a SIGKILL) the pipe closes and the guard stops the server and
+// removes the temp dir. Normal shutdown (Stop) does the same synchronously.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables that steer the helper.
+const (
+	EnvDSN    = "RESERVEBENCH_DSN"       // use this server instead of starting one
+	EnvBinDir = "RESERVEBENCH_PG_BINDIR" // look for initdb/pg_ctl/postgres here first
+	EnvDocker = "RESERVEBENCH_DOCKER"    // "0" disables the Docker fallback
+)
+
+// ErrNoServer is returned by Start when no way to get a server worked.
+var ErrNoServer = errors.New("pgtest: no PostgreSQL available")
+
+// ErrNotSupported is returned by Crash and Restart on servers pgtest did not
+// start itself (a user's DSN or a container).
+var ErrNotSupported = errors.New("pgtest: not supported by this kind of server")
+
+// Kind says where a Server came from.
+type Kind string
+
+// The kinds of server.
+const (
+	KindDSN    Kind = "dsn"
+	KindLocal  Kind = "local"
+	KindDocker Kind = "docker"
+)
+
+// Options tune a server pgtest starts itself. The zero value is what tests use.
+type Options struct {
+	// Fsync keeps fsync on. Tests run with fsync off, which changes nothing
+	// about transactions or crash recovery as long as the machine itself does
+	// not crash (an immediate shutdown still recovers every acknowledged
+	// commit from WAL); benchmarks turn it on to measure what users would get.
+	Fsync bool
+	// MaxConnections defaults to 300: 150 clients, the harness, pgbench, and
+	// room for parallel tests.
+	MaxConnections int
+	// Settings are extra postgresql.conf lines, e.g. "log_lock_waits = on".
+	Settings []string
+}
+
+// Server is a running PostgreSQL.
+type Server struct {
+	Kind Kind
+	// Version is server_version, e.g. "15.18 (Debian 15.18-0+deb12u1)".
+	Version string
+
+	adminDSN string // superuser (or the user's role), database "postgres" or the DSN's
+	local    *localCluster
+	docker   *dockerServer
+
+	mu       sync.Mutex
+	appRole  string // created once per server, "" if the server forbids it
+	roleDone bool
+}
+
+// Start finds or starts a server, in the order of the package comment.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		s := &Server{Kind: KindDSN, adminDSN: dsn}
+		if err := s.probe(ctx); err != nil {
+			return nil, fmt.Errorf("pgtest: %s=%q: %w", EnvDSN, redact(dsn), err)
+		}
+		return s, nil
+	}
+	var reasons []string
+	lc, err := startLocal(ctx, opts)
+	if err == nil {
+		s := &Server{Kind: KindLocal, adminDSN: lc.dsn("postgres"), local: lc}
+		if err := s.probe(ctx); err != nil {
+			_ = lc.stop()
+			return nil, fmt.Errorf("pgtest: local cluster started but does not answer: %w", err)
+		}
+		return s, nil
+	}
+	reasons = append(reasons, "local binaries: "+err.Error())
+	if os.Getenv(EnvDocker) != "0" {
+		ds, err := startDocker(ctx, opts)
+		if err == nil {
+			s := &Server{Kind: KindDocker, adminDSN: ds.dsn, docker: ds}
+			if err := s.probe(ctx); err != nil {
+				ds.stop()
+				return nil, fmt.Errorf("pgtest: container started but does not answer: %w", err)
+			}
+			return s, nil
+		}
+		reasons = append(reasons, "docker: "+err.Error())
+	} else {
+		reasons = append(reasons, "docker: disabled by "+EnvDocker+"=0")
+	}
+	return nil, fmt.Errorf("%w. Give one of:\n"+
+		"  1. %s=postgres://user@host:port/db (a server where that role may CREATE DATABASE);\n"+
+		"  2. PostgreSQL binaries (initdb, pg_ctl, postgres): on Debian `apt-get install -y postgresql`,\n"+
+		"     on macOS `brew install postgresql`; or point %s at their directory;\n"+
+		"  3. a running Docker daemon (a postgres container is started through dockertest).\n"+
+		"What was tried:\n  - %s",
+		ErrNoServer, EnvDSN, EnvBinDir, strings.Join(reasons, "\n  - "))
+}
+
+func (s *Server) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, "SHOW server_version").Scan(&s.Version)
+}
+
+// Stop stops a server pgtest started and removes its files. For a DSN server
+// it does nothing.
+func (s *Server) Stop() error {
+	switch {
+	case s.local != nil:
+		return s.local.stop()
+	case s.docker != nil:
+		s.docker.stop()
+	}
+	return nil
+}
+
+// AdminDSN is the DSN of the superuser (or the DSN the user gave) for a
+// database on this server.
+func (s *Server) AdminDSN(database string) string { return withDatabase(s.adminDSN, database) }
+
+// Crash stops the server the way a power cut would stop the process:
+// `pg_ctl stop -m immediate`, no checkpoint; the next start runs crash
+// recovery from WAL. Only for local clusters.
+func (s *Server) Crash(ctx context.Context) error {
+	if s.local == nil {
+		return fmt.Errorf("%w: crash needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
+	}
+	return s.local.pgctl(ctx, "stop", "-m", "immediate", "-w")
+}
+
+// Restart starts a crashed or stopped local cluster again on the same data.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.local == nil {
+		return fmt.Errorf("%w: restart needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
+	}
+	if err := s.local.start(ctx); err != nil {
+		return err
+	}
+	return s.probe(ctx)
+}
+
+// DataDir is the data directory of a local cluster, or "".
+func (s *Server) DataDir() string {
+	if s.local == nil {
+		return ""
+	}
+	return s.local.dataDir()
+}
+
+// Dir is the temp dir holding a local cluster (data, socket, logs), or "".
+func (s *Server) Dir() string {
+	if s.local == nil {
+		return ""
+	}
+	return s.local.dir
+}
+
+// BinDir is where the local cluster's binaries are (pgbench is usually there too), or "".
+func (s *Server) BinDir() string {
+	if s.local == nil {
+		return ""
+	}
+	return s.local.bin
+}
+
+// PID is the postmaster's process id of a local cluster, or 0.
+func (s *Server) PID() int {
+	if s.local == nil {
+		return 0
+	}
+	return s.local.postmasterPID()
+}
+
+// shared is the server of this test process, started on first use.
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Shared returns this process's server, starting it on first use. It is
+// stopped by Main after the tests, or by the guard when the process exits.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		shared.srv, shared.err = Start(ctx, Options{})
+	})
+	if shared.err != nil {
+		tb.Fatalf("%v", shared.err)
+	}
+	return shared.srv
+}
+
+// Main runs the tests of a package and stops the shared server afterwards:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// Without it the guard process still stops the server when the test binary
+// exits, a moment later.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		if err := shared.srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "password="); i >= 0 {
+		return dsn[:i] + "password=***"
+	}
+	if cfg, err := pgx.ParseConfig(dsn); err == nil && cfg.Password != "" {
+		return strings.Replace(dsn, cfg.Password, "***", 1)
+	}
+	return dsn
+}
+
+// withDatabase returns dsn pointed at another database. pgx accepts a
+// keyword/value string where a later keyword overrides an earlier one, but a
+// URL must be rewritten.
+func withDatabase(dsn, database string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return replaceURLPath(dsn, database)
+	}
+	return dsn + " dbname=" + database
+}
+
+func replaceURLPath(dsn, database string) string {
+	schemeEnd := strings.Index(dsn, "://") + 3
+	rest := dsn[schemeEnd:]
+	query := ""
+	if q := strings.IndexByte(rest, '?'); q >= 0 {
+		query, rest = rest[q:], rest[:q]
+	}
+	if slash := strings.IndexByte(rest, '/'); slash >= 0 {
+		rest = rest[:slash]
+	}
+	return dsn[:schemeEnd] + rest + "/" + database + query
+}

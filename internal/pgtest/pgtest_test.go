@@ -1,0 +1,227 @@
+package pgtest_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/reservebench/reservebench/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestDatabaseRunsAsNonSuperuser(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	pool := db.Pool(t, 4)
+	ctx := context.Background()
+
+	var super bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super))
+	if db.AsAppRole {
+		require.False(t, super, "strategies must run as a role without superuser")
+	}
+	_, err := pool.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	require.NoError(t, err, "the application role may create and use its own tables")
+
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n))
+	require.Equal(t, 1, n)
+
+	if db.AsAppRole {
+		_, err = pool.Exec(ctx, "CREATE DATABASE should_fail")
+		require.Error(t, err, "the application role must not create databases")
+	}
+}
+
+func TestDatabasesAreIsolated(t *testing.T) {
+	ctx := context.Background()
+	a, b := pgtest.DB(t), pgtest.DB(t)
+	_, err := a.Exec(ctx, "CREATE TABLE only_in_a (x int)")
+	require.NoError(t, err)
+	_, err = b.Exec(ctx, "SELECT * FROM only_in_a")
+	require.Error(t, err)
+}
+
+// TestCrashAndRestart crashes a private cluster with pg_ctl stop -m immediate
+// and checks that a committed row survives crash recovery.
+func TestCrashAndRestart(t *testing.T) {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		t.Skipf("crash needs a cluster started by pgtest; %s is set", pgtest.EnvDSN)
+	}
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx, pgtest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	if srv.Kind != pgtest.KindLocal {
+		t.Skipf("crash needs a local cluster, got %s", srv.Kind)
+	}
+
+	db, err := srv.CreateDatabase(ctx, "crash")
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, db.DSN)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE t (id int); INSERT INTO t VALUES (42)")
+	require.NoError(t, err)
+	pidBefore := srv.PID()
+	require.NotZero(t, pidBefore)
+
+	require.NoError(t, srv.Crash(ctx))
+	_, err = conn.Exec(ctx, "SELECT 1")
+	require.Error(t, err, "the session must be gone after an immediate shutdown")
+	require.False(t, processAlive(pidBefore), "postmaster %d still alive after crash", pidBefore)
+
+	require.NoError(t, srv.Restart(ctx))
+	conn2, err := pgx.Connect(ctx, db.DSN)
+	require.NoError(t, err)
+	defer conn2.Close(ctx)
+	var id int
+	require.NoError(t, conn2.QueryRow(ctx, "SELECT id FROM t").Scan(&id))
+	require.Equal(t, 42, id)
+}
+
+// TestNothingLeftBehind starts clusters in helper processes (the os/exec test
+// pattern: the test binary re-executed) running in parallel, ends them in the
+// three ways a test process ends — normally, by a panic, by SIGKILL — and
+// checks that no server process and no temp dir outlive them.
+func TestNothingLeftBehind(t *testing.T) {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		t.Skipf("nothing to clean up when %s is set", pgtest.EnvDSN)
+	}
+	if testing.Short() {
+		t.Skip("starts three clusters")
+	}
+	var wg sync.WaitGroup
+	for _, mode := range []string{"exit", "panic", "sigkill"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dir, pid, err := runHelper(mode)
+			if err != nil {
+				t.Errorf("%s: %v", mode, err)
+				return
+			}
+			if err := waitGone(dir, pid, time.Minute); err != nil {
+				t.Errorf("%s: %v", mode, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runHelper starts the helper process, reads the cluster's dir and PID from
+// it, and ends it the way mode says.
+func runHelper(mode string) (dir string, pid int, err error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "PGTEST_HELPER="+mode)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // a panicking helper is expected to print its panic
+	if err := cmd.Start(); err != nil {
+		return "", 0, err
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "CLUSTER "); ok {
+			f := strings.Fields(rest)
+			dir = f[0]
+			pid, _ = strconv.Atoi(f[1])
+			break
+		}
+	}
+	if dir == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return "", 0, errors.New("helper never reported its cluster")
+	}
+	if !processAlive(pid) {
+		return "", 0, fmt.Errorf("postmaster %d not running while the helper lives", pid)
+	}
+	if mode == "sigkill" {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+	}
+	go func() { _, _ = bufio.NewReader(out).WriteTo(devNull{}) }()
+	werr := cmd.Wait()
+	switch mode {
+	case "exit":
+		if werr != nil {
+			return "", 0, fmt.Errorf("helper: %v\n%s", werr, stderr.String())
+		}
+	default:
+		if werr == nil {
+			return "", 0, fmt.Errorf("helper in mode %s exited cleanly", mode)
+		}
+	}
+	return dir, pid, nil
+}
+
+// waitGone polls until the guard has stopped the server and removed its dir.
+// Polling here waits for cleanup after a process is gone; it synchronises
+// nothing between sessions.
+func waitGone(dir string, pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		_, statErr := os.Stat(dir)
+		if errors.Is(statErr, os.ErrNotExist) && !processAlive(pid) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("after %v: dir %s exists=%v, postmaster %d alive=%v", limit, dir, exists(dir), pid, processAlive(pid))
+}
+
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv("PGTEST_HELPER")
+	if mode == "" {
+		t.Skip("helper process for TestNothingLeftBehind")
+	}
+	srv, err := pgtest.Start(context.Background(), pgtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("CLUSTER %s %d\n", srv.Dir(), srv.PID())
+	switch mode {
+	case "exit":
+		os.Exit(0) // no Stop: the guard must clean up
+	case "panic":
+		panic("helper panics with a running cluster")
+	case "sigkill":
+		select {} // the parent kills us
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	if err == nil {
+		// A zombie is dead for our purposes; it only waits to be reaped.
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
+			return false
+		}
+		return true
+	}
+	return errors.Is(err, syscall.EPERM)
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+type devNull struct{}
+
+func (devNull) Write(p []byte) (int, error) { return len(p), nil }

@@ -1,0 +1,275 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Strategy is one node of a deployed strategy: the part that answers requests.
+//
+// Every method is safe for concurrent use by many goroutines.
+//
+// Errors: Reserve returns (Result, nil) whenever the outcome is known, including
+// SOLD_OUT, USER_LIMIT and KEY_REUSED. An invalid request returns a Result with
+// OutcomeBadRequest and an error matching ErrBadRequest; nothing was written.
+// Any other error means the outcome is unknown to the caller: the reservation
+// may or may not have been committed (a timeout or a broken connection at
+// commit). The caller resolves it with Lookup on the same key, or by sending the
+// same request again, which the contract makes safe.
+type Strategy interface {
+	// Reserve asks for one unit. It must never let active reservations exceed
+	// the stock, never create two reservations for one key, and never give one
+	// user two active reservations for one SKU, unless the strategy's Claims say
+	// otherwise.
+	Reserve(ctx context.Context, req Request) (Result, error)
+
+	// Lookup returns the committed reservation with this key, or one with
+	// Status StatusNotFound. NOT_FOUND means "nothing committed now", not "the
+	// request failed": a Reserve still in flight may commit later.
+	Lookup(ctx context.Context, key string) (Reservation, error)
+}
+
+// Confirmer is implemented by strategies that can confirm a HELD reservation
+// (a payment arrived). Without it the harness skips confirm scenarios and
+// reports them as not supported.
+type Confirmer interface {
+	// Confirm moves the reservation with this key from HELD to CONFIRMED and
+	// reports whether this call moved it. The WHERE clause of the transition
+	// carries status = 'HELD', so of several racing transitions exactly one
+	// moves the row. See ConfirmMode for how expires_at is treated.
+	Confirm(ctx context.Context, key string, mode ConfirmMode) (bool, error)
+}
+
+// ConfirmMode says how Confirm treats a HELD reservation whose expires_at has
+// passed.
+type ConfirmMode int
+
+const (
+	// ConfirmBeforeExpiry confirms only while expires_at has not passed.
+	ConfirmBeforeExpiry ConfirmMode = iota
+	// ConfirmUntilExpired also confirms a reservation past expires_at as long as
+	// no expiry has moved it yet: the late payment callback of seed C28-08,
+	// which races the expiry job for the row.
+	ConfirmUntilExpired
+)
+
+// Releaser is implemented by strategies whose clients can give a held unit
+// back before it expires. Without it the harness skips release scenarios.
+type Releaser interface {
+	// Release moves the reservation from HELD to RELEASED and returns the
+	// number of units this call gave back: 1 if it moved the row, 0 otherwise
+	// (already released, expired, confirmed or unknown). Replaying it, also
+	// concurrently, returns 0.
+	Release(ctx context.Context, key string) (units int, err error)
+}
+
+// Expirer is implemented by strategies that run an expiry job. Without it the
+// harness skips expiry scenarios.
+type Expirer interface {
+	// ExpireDue moves every HELD reservation of the deployment whose expires_at
+	// has passed to EXPIRED and returns the units given back. The count comes
+	// only from rows this call moved (RETURNING), never from ids read earlier,
+	// so a replay, a concurrent run or a rerun after a crash returns each unit
+	// exactly once.
+	ExpireDue(ctx context.Context) (units int, err error)
+}
+
+// SessionOpener is implemented by strategies that can hold an attempt open:
+// run a reservation inside a transaction and let the caller decide later
+// whether to commit it. The harness builds interleavings (t1 holds an
+// uncommitted reservation while t2 and t3 arrive) from sessions. Without it,
+// interleaving scenarios are skipped.
+type SessionOpener interface {
+	OpenSession(ctx context.Context) (Session, error)
+}
+
+// Session is one attempt held open. Reserve runs inside the session's
+// transaction; its effects become visible to others only after Commit, and
+// Rollback undoes them (for in-memory strategies too: the unit goes back).
+// Exactly one of Commit or Rollback must be called; Rollback after Commit is a
+// no-op, so `defer s.Rollback(ctx)` is always safe.
+type Session interface {
+	// Backends returns the PostgreSQL backend PIDs the session's work runs on,
+	// so the harness can tell that a step is blocked from pg_locks or
+	// pg_blocking_pids, the way PostgreSQL's isolation tester does. It is valid
+	// from OpenSession on, before any statement that could block.
+	Backends() []uint32
+	Reserve(ctx context.Context, req Request) (Result, error)
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Deployment is a strategy deployed over one database: its nodes, its stock
+// and the audit of its durable state. A Deployment covers exactly the SKUs of
+// its Config; several Deployments with disjoint SKUs may share a database.
+type Deployment interface {
+	// Node returns node i, 0 <= i < Config.Nodes. The value changes when the
+	// node is restarted.
+	Node(i int) Strategy
+
+	// Restart closes node i and opens it again over the same database, as a
+	// process restart would: whatever the node kept only in memory is lost,
+	// and the node starts from what the strategy recovers on start.
+	Restart(ctx context.Context, i int) error
+
+	// Audit reports, per SKU, the stock against the reservations, read from
+	// the durable state (plus, for strategies that count in memory, the live
+	// nodes' counters). It is the conservation check run after every case.
+	Audit(ctx context.Context) ([]StockAudit, error)
+
+	// Close closes every node. It does not drop any data.
+	Close() error
+}
+
+// Ager is implemented by deployments that let a test make reservations due
+// without waiting for their TTL, by moving expires_at into the past (seed 000
+// does the same). Without it, expiry scenarios are skipped.
+type Ager interface {
+	// MakeDue moves expires_at of the HELD reservations with these keys into
+	// the past and returns how many it moved.
+	MakeDue(ctx context.Context, keys []string) (int, error)
+}
+
+// Stock is the number of units of one SKU.
+type Stock struct {
+	SKU   string
+	Total int
+}
+
+// Config is what Meta.Open needs to deploy a strategy.
+type Config struct {
+	// DB is the database the deployment lives in. The strategy creates its own
+	// tables there (idempotently, so deployments can share a database) and
+	// never drops anything. The pool's size bounds the connections in use.
+	DB *pgxpool.Pool
+
+	// Stock is loaded at Open. Every SKU must be new to the database: opening a
+	// SKU that already has stock fails with ErrStockExists, so a restart goes
+	// through Deployment.Restart, never through a second Open.
+	Stock []Stock
+
+	// Nodes is the number of nodes serving the stock; 0 means 1. Strategies
+	// that split stock across nodes give node i the share ShareOf(total, Nodes, i).
+	Nodes int
+}
+
+// ErrStockExists is returned by Meta.Open when a SKU of the Config already
+// has stock in the database.
+var ErrStockExists = errors.New("stock already exists for sku")
+
+// ErrConfig is matched by errors that reject a Config before anything is written.
+var ErrConfig = errors.New("invalid deployment config")
+
+// NodeCount returns the number of nodes, treating 0 as 1.
+func (c Config) NodeCount() int {
+	if c.Nodes <= 0 {
+		return 1
+	}
+	return c.Nodes
+}
+
+// SKUs returns the SKU names of the config, in order.
+func (c Config) SKUs() []string {
+	out := make([]string, len(c.Stock))
+	for i, s := range c.Stock {
+		out[i] = s.SKU
+	}
+	return out
+}
+
+// Validate checks the config; every Meta.Open calls it before writing.
+func (c Config) Validate() error {
+	if c.DB == nil {
+		return fmt.Errorf("%w: no database", ErrConfig)
+	}
+	if c.Nodes < 0 {
+		return fmt.Errorf("%w: negative node count %d", ErrConfig, c.Nodes)
+	}
+	if len(c.Stock) == 0 {
+		return fmt.Errorf("%w: no stock", ErrConfig)
+	}
+	seen := make(map[string]bool, len(c.Stock))
+	for _, s := range c.Stock {
+		if err := checkText("sku", s.SKU, MaxSKULen); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		if seen[s.SKU] {
+			return fmt.Errorf("%w: sku %q listed twice", ErrConfig, s.SKU)
+		}
+		seen[s.SKU] = true
+		if s.Total < 0 {
+			return fmt.Errorf("%w: sku %q has negative total %d", ErrConfig, s.SKU, s.Total)
+		}
+	}
+	return nil
+}
+
+// ShareOf splits total units over n nodes: every node gets total/n and the
+// first total%n nodes one more, so the shares always sum to total.
+func ShareOf(total, n, i int) int {
+	share := total / n
+	if i < total%n {
+		share++
+	}
+	return share
+}
+
+// StockAudit is the conservation audit of one SKU.
+type StockAudit struct {
+	SKU string
+	// Total is the stock the SKU was opened with.
+	Total int
+	// Available is what the strategy still counts as free: the available
+	// column, the free slots, or the sum of the nodes' counters.
+	Available int
+	// Active is the number of HELD and CONFIRMED reservations in the durable
+	// state: the truth the other two are checked against.
+	Active int
+	// Nodes breaks the audit down per node, for strategies that split stock.
+	Nodes []NodeAudit
+}
+
+// NodeAudit is one node's part of a StockAudit.
+type NodeAudit struct {
+	Node      int
+	Share     int // units configured for the node
+	Available int // the node's live counter
+	Active    int // active reservations the node handed out (durable)
+	Sold      int // reservations the node ever handed out (durable), active or not
+}
+
+// Drift is total - available - active. It is 0 when every unit is either free
+// or held by exactly one active reservation. Negative: units counted twice
+// (oversell risk); positive: units lost (undersell).
+func (a StockAudit) Drift() int { return a.Total - a.Available - a.Active }
+
+// Oversold is how many active reservations exceed the stock, or 0.
+func (a StockAudit) Oversold() int {
+	if a.Active > a.Total {
+		return a.Active - a.Total
+	}
+	return 0
+}
+
+// Meta describes a registered strategy. Register it from the package's init.
+type Meta struct {
+	// Name is short, unique and lower-case, e.g. "hotrow". It names the row in
+	// table 28-1.
+	Name string
+	// Description is one line: the mechanism, e.g. "one stock row, conditional UPDATE".
+	Description string
+	// Correctness is one line: where the guarantee comes from, for table 28-1.
+	Correctness string
+	// Claims are the guarantees the harness holds the strategy to.
+	Claims Claims
+	// Open deploys the strategy over cfg.DB with cfg.Stock. It validates cfg
+	// first and writes nothing when it is invalid.
+	Open func(ctx context.Context, cfg Config) (Deployment, error)
+}
+
+// TTLForever is a TTL for cases that never expire anything.
+const TTLForever = time.Hour
