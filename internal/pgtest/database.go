@@ -245,3 +245,12 @@ func sanitize(name string) string {
 	}
 	return b.String()
 }
+
+// Pools gives a test a fresh database: db as the application role (at most 32
+// connections) for the strategy, admin as the superuser (at most 4) for lock
+// probes. It has the signature of strategytest.NewDB.
+func Pools(tb testing.TB) (db, admin *pgxpool.Pool) {
+	tb.Helper()
+	d := NewDatabase(tb)
+	return d.Pool(tb, 32), d.AdminPool(tb, 4)
+}

@@ -1,0 +1,314 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// holdMany makes n HELD reservations on the first SKU, round-robin over the
+// nodes, and returns their keys.
+func (t *trial) holdMany(ctx context.Context, n int) ([]string, error) {
+	sku := t.sku(t.in.Stock[0].SKU)
+	keys := make([]string, n)
+	ops := make([]Op, n)
+	barrier(n, func(i int) {
+		keys[i] = t.key(fmt.Sprintf("req-%04d", i))
+		ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), i, strategy.Request{
+			Key: keys[i], User: t.user(fmt.Sprintf("user-%04d", i)), SKU: sku, TTL: strategy.TTLForever,
+		})
+	})
+	for _, op := range ops {
+		if op.Outcome != strategy.OutcomeHeld {
+			return nil, fmt.Errorf("setup: %d reservations on %d units: %s answered %s %s", n, t.in.Stock[0].Total, op.Req.Key, op.Outcome, op.Err)
+		}
+	}
+	return keys, nil
+}
+
+// expire runs ExpireDue on a node and records it. A failing run is recorded
+// as unknown: the job may have done part of its work.
+func (t *trial) expire(ctx context.Context, proc string, node int) Op {
+	op := Op{Process: proc, Kind: "expire", Node: node % t.cfg.NodeCount(), Invoke: t.hist.Begin()}
+	units, err := t.node(node).(strategy.Expirer).ExpireDue(ctx)
+	op.Units, op.Type = units, OpOK
+	if err != nil {
+		op.Type, op.Err = OpInfo, err.Error()
+	}
+	return t.hist.End(op)
+}
+
+// expireUntilDone runs the expiry job and, when it fails, reruns it, as an
+// operator reruns a release job that died (at most 3 runs). It returns the
+// units the successful run reported.
+func (t *trial) expireUntilDone(ctx context.Context, proc string, node int) (units, failedRuns int) {
+	for run := 0; run < 3; run++ {
+		op := t.expire(ctx, proc, node)
+		if op.Type == OpOK {
+			return units + op.Units, failedRuns
+		}
+		failedRuns++
+	}
+	return units, failedRuns
+}
+
+func (t *trial) makeDue(ctx context.Context, keys []string) error {
+	n, err := t.dep.(strategy.Ager).MakeDue(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("make due: %w", err)
+	}
+	if n != len(keys) {
+		return fmt.Errorf("make due: moved %d of %d HELD reservations", n, len(keys))
+	}
+	return nil
+}
+
+// returned measures a step by the audit, not by what the strategy reports:
+// it runs step and returns how far available rose.
+func (t *trial) returned(ctx context.Context, step func()) (int, error) {
+	before, err := t.audit(ctx)
+	if err != nil {
+		return 0, err
+	}
+	step()
+	after, err := t.audit(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return sumAvailable(after) - sumAvailable(before), nil
+}
+
+func (t *trial) statuses(ctx context.Context, keys []string) (map[strategy.Status]int, map[string]strategy.Reservation, error) {
+	durable, err := t.lookupAll(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	count := map[strategy.Status]int{}
+	for _, d := range durable {
+		count[d.Status]++
+	}
+	return count, durable, nil
+}
+
+// runExpiryReplay is C28-07: 20 held, 8 expire: the release returns 8; a
+// replay returns 0; 4 concurrent replays return 0 in total; the other 12
+// expire and 4 concurrent releases return exactly 12 in total.
+func runExpiryReplay(ctx context.Context, t *trial) error {
+	in := t.in
+	keys, err := t.holdMany(ctx, in.Held)
+	if err != nil {
+		return err
+	}
+	first, rest := keys[:in.FirstDue], keys[in.FirstDue:]
+
+	step := func(name string, due int, run func() (reported int)) error {
+		var reported int
+		back, err := t.returned(ctx, func() { reported = run() })
+		if err != nil {
+			return err
+		}
+		t.fact(name, "%d units back", back)
+		t.check(strategy.ReturnOnce, name+": units back == rows that became due", back == due,
+			fmt.Sprintf("%d rows were due, the stock rose by %d", due, back))
+		t.check(strategy.ReturnOnce, name+": reported units == units back", reported == back,
+			fmt.Sprintf("the job reported %d, the stock rose by %d", reported, back))
+		return nil
+	}
+
+	if err := t.makeDue(ctx, first); err != nil {
+		return err
+	}
+	var failedRuns int
+	if err := step(fmt.Sprintf("release %d due", len(first)), len(first), func() int {
+		u, f := t.expireUntilDone(ctx, "job", 0)
+		failedRuns += f
+		return u
+	}); err != nil {
+		return err
+	}
+	if err := step("replay", 0, func() int { u, f := t.expireUntilDone(ctx, "replay", 1); failedRuns += f; return u }); err != nil {
+		return err
+	}
+	concurrent := func(proc string) int {
+		units, failed := make([]int, in.Workers), make([]int, in.Workers)
+		barrier(in.Workers, func(i int) {
+			units[i], failed[i] = t.expireUntilDone(ctx, fmt.Sprintf("%s%d", proc, i), i)
+		})
+		sum := 0
+		for i := range units {
+			sum += units[i]
+			failedRuns += failed[i]
+		}
+		return sum
+	}
+	if err := step(fmt.Sprintf("%d concurrent replays", in.Workers), 0, func() int { return concurrent("replay") }); err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		if err := t.makeDue(ctx, rest); err != nil {
+			return err
+		}
+		if err := step(fmt.Sprintf("%d concurrent releases of %d due", in.Workers, len(rest)), len(rest), func() int { return concurrent("job") }); err != nil {
+			return err
+		}
+	}
+	t.vary("release job runs that failed", failedRuns)
+
+	count, _, err := t.statuses(ctx, keys)
+	if err != nil {
+		return err
+	}
+	t.fact("end", "EXPIRED %d of %d", count[strategy.StatusExpired], len(keys))
+	t.check(strategy.ReturnOnce, "every due reservation ends EXPIRED", count[strategy.StatusExpired] == len(keys),
+		fmt.Sprintf("statuses %v", count))
+	return nil
+}
+
+// runConfirmVsExpire is C28-08: every reservation is due; confirmers (a late
+// payment callback) and the expiry job race for the rows. Each row must be
+// handled by exactly one side, and units come back only for EXPIRED rows.
+func runConfirmVsExpire(ctx context.Context, t *trial) error {
+	in := t.in
+	keys, err := t.holdMany(ctx, in.Held)
+	if err != nil {
+		return err
+	}
+	if err := t.makeDue(ctx, keys); err != nil {
+		return err
+	}
+	queue := make(chan string, len(keys))
+	for _, i := range rand.Perm(len(keys)) {
+		queue <- keys[i]
+	}
+	close(queue)
+
+	var mu sync.Mutex
+	confirmedByCall := map[string]bool{}
+	expiredUnits := 0
+	back, err := t.returned(ctx, func() {
+		barrier(2*in.Workers, func(i int) {
+			if i < in.Workers { // confirmer
+				c := t.node(i).(strategy.Confirmer)
+				for k := range queue {
+					op := Op{Process: fmt.Sprintf("confirm%d", i), Kind: "confirm", Node: i % t.cfg.NodeCount(), Req: strategy.Request{Key: k}, Invoke: t.hist.Begin()}
+					moved, err := c.Confirm(ctx, k, strategy.ConfirmUntilExpired)
+					op.Moved, op.Type = moved, OpOK
+					if err != nil {
+						op.Type, op.Err = OpInfo, err.Error()
+					}
+					t.hist.End(op)
+					if moved {
+						mu.Lock()
+						confirmedByCall[k] = true
+						mu.Unlock()
+					}
+				}
+				return
+			}
+			u, _ := t.expireUntilDone(ctx, fmt.Sprintf("expire%d", i), i)
+			mu.Lock()
+			expiredUnits += u
+			mu.Unlock()
+		})
+	})
+	if err != nil {
+		return err
+	}
+	count, durable, err := t.statuses(ctx, keys)
+	if err != nil {
+		return err
+	}
+	confirmed, expired := count[strategy.StatusConfirmed], count[strategy.StatusExpired]
+	wrongSide := 0
+	for k := range confirmedByCall {
+		if durable[k].Status != strategy.StatusConfirmed {
+			wrongSide++
+		}
+	}
+	t.fact("rows handled by exactly one side", "%d of %d", confirmed+expired, len(keys))
+	t.vary("confirmed", confirmed)
+	t.vary("expired", expired)
+	t.check(strategy.ReturnOnce, "each row is confirmed or expired, never both, never neither", confirmed+expired == len(keys) && wrongSide == 0,
+		fmt.Sprintf("statuses %v; %d rows confirmed by a call but not CONFIRMED", count, wrongSide))
+	t.check(strategy.ReturnOnce, "units come back only for EXPIRED rows", back == expired,
+		fmt.Sprintf("%d rows EXPIRED, the stock rose by %d", expired, back))
+	t.check(strategy.ReturnOnce, "confirm calls that moved a row == CONFIRMED rows", len(confirmedByCall) == confirmed,
+		fmt.Sprintf("%d calls reported a move, %d rows CONFIRMED", len(confirmedByCall), confirmed))
+	t.check(strategy.ReturnOnce, "units the expiry job reported == units back", expiredUnits == back,
+		fmt.Sprintf("the jobs reported %d, the stock rose by %d", expiredUnits, back))
+	return nil
+}
+
+// runReleaseReplay checks Release the way C28-07 checks the expiry job: the
+// first release of a HELD reservation returns its unit, every replay (also
+// concurrent) returns nothing, and of concurrent first releases exactly one
+// returns the unit.
+func runReleaseReplay(ctx context.Context, t *trial) error {
+	in := t.in
+	keys, err := t.holdMany(ctx, in.Held)
+	if err != nil {
+		return err
+	}
+	release := func(proc string, node int, key string) int {
+		op := Op{Process: proc, Kind: "release", Node: node % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
+		units, err := t.node(node).(strategy.Releaser).Release(ctx, key)
+		op.Units, op.Type = units, OpOK
+		if err != nil {
+			op.Type, op.Err = OpInfo, err.Error()
+		}
+		t.hist.End(op)
+		return units
+	}
+	var mu sync.Mutex
+	var seqFirst, seqReplay, seqConc, concFirst, concReplay int
+	back, err := t.returned(ctx, func() {
+		for i, k := range keys {
+			if i%2 == 0 { // release, replay, then concurrent replays
+				seqFirst += release("c", 0, k)
+				seqReplay += release("c", 1, k)
+				barrier(in.Workers, func(w int) {
+					u := release(fmt.Sprintf("r%d", w), w, k)
+					mu.Lock()
+					seqConc += u
+					mu.Unlock()
+				})
+				continue
+			}
+			// concurrent first releases: exactly one may return the unit
+			barrier(in.Workers, func(w int) {
+				u := release(fmt.Sprintf("r%d", w), w, k)
+				mu.Lock()
+				concFirst += u
+				mu.Unlock()
+			})
+			concReplay += release("c", 0, k)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	seq, conc := (len(keys)+1)/2, len(keys)/2
+	t.fact("release, then replay, then concurrent replays", "%d, %d, %d units for %d reservations", seqFirst, seqReplay, seqConc, seq)
+	t.fact("concurrent first releases, then replay", "%d, %d units for %d reservations", concFirst, concReplay, conc)
+	t.check(strategy.ReturnOnce, "a release returns its unit exactly once", seqFirst == seq && seqReplay == 0 && seqConc == 0 && concFirst == conc && concReplay == 0,
+		fmt.Sprintf("sequential %d/%d/%d, concurrent %d/%d (want %d/0/0, %d/0)", seqFirst, seqReplay, seqConc, concFirst, concReplay, seq, conc))
+	t.check(strategy.ReturnOnce, "units back == reservations released", back == len(keys),
+		fmt.Sprintf("%d released, the stock rose by %d", len(keys), back))
+	count, _, err := t.statuses(ctx, keys)
+	if err != nil {
+		return err
+	}
+	t.check(strategy.ReturnOnce, "every released reservation ends RELEASED", count[strategy.StatusReleased] == len(keys),
+		fmt.Sprintf("statuses %v", count))
+	if c, ok := t.node(0).(strategy.Confirmer); ok {
+		moved, err := c.Confirm(ctx, keys[0], strategy.ConfirmUntilExpired)
+		if err != nil {
+			return fmt.Errorf("confirm after release: %w", err)
+		}
+		t.check(strategy.ReturnOnce, "a released reservation cannot be confirmed", !moved, "Confirm moved a RELEASED reservation")
+	}
+	return nil
+}

@@ -1,0 +1,471 @@
+package scenario
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// Env is what a scenario run needs besides its input.
+type Env struct {
+	Meta strategy.Meta
+	// DB is handed to the strategy (Config.DB): the application role, a
+	// bounded pool. Its MaxConns must leave room for the sessions of the
+	// largest interleaving (4 is enough).
+	DB *pgxpool.Pool
+	// Admin is a pool on the same database for the harness's own probes
+	// (pg_blocking_pids); it may be DB itself.
+	Admin *pgxpool.Pool
+	// Short runs short_repetitions and scales request counts by short_scale.
+	Short bool
+	// Repetitions overrides the input's repetitions when > 0 (the strategy
+	// packages' own tests run the races at least 50 times).
+	Repetitions int
+	// Logf, when set, gets one progress line per trial.
+	Logf func(format string, args ...any)
+	// StepTimeout bounds how long an interleaving step may neither finish
+	// nor be seen blocked in PostgreSQL (default 20s).
+	StepTimeout time.Duration
+}
+
+// ErrSetup is matched by errors of the harness or the database, as opposed to
+// checks that failed: the scenario could not be run.
+var ErrSetup = errors.New("scenario setup failed")
+
+// Run runs one scenario against one strategy, every trial, and returns the
+// judged result. An error means the scenario could not be run at all.
+func Run(ctx context.Context, env Env, in *Input) (*Result, error) {
+	r := &Result{
+		Scenario: in.Name, Case: in.Case, Title: in.Title,
+		Strategy: env.Meta.Name, Claims: env.Meta.Claims, Seed: in.SeedFor(env.Meta.Name),
+	}
+	if env.Admin == nil {
+		env.Admin = env.DB
+	}
+	if env.StepTimeout == 0 {
+		env.StepTimeout = 20 * time.Second
+	}
+	runner, needs := runnerFor(in.Kind)
+	reps := in.Repetitions
+	if env.Short {
+		reps = in.ShortRepetitions
+	}
+	if env.Repetitions > 0 {
+		reps = env.Repetitions
+	}
+	start := time.Now()
+	runID := randomID()
+	var trials []*trial
+	for n := 1; n <= reps; n++ {
+		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
+		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes}
+		dep, err := env.Meta.Open(ctx, t.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s/%s trial %d: open: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
+		}
+		t.dep = dep
+		if missing := needs(t); missing != "" {
+			_ = dep.Close()
+			r.Skipped = missing
+			r.Elapsed = time.Since(start)
+			return r, nil
+		}
+		err = runner(ctx, t)
+		if err == nil {
+			err = t.checkDurable(ctx)
+		}
+		if cerr := t.dep.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close: %w", cerr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
+		}
+		trials = append(trials, t)
+		if env.Logf != nil {
+			failed := 0
+			for _, c := range t.checks {
+				if !c.ok {
+					failed++
+				}
+			}
+			env.Logf("%-16s %-18s trial %d/%d: %d checks, %d failed (%v)", env.Meta.Name, in.Name, n, reps, len(t.checks), failed, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	aggregate(r, trials)
+	r.Elapsed = time.Since(start)
+	return r, nil
+}
+
+type runnerFunc func(ctx context.Context, t *trial) error
+
+// needsFunc returns "" when the deployment has what the runner needs, else
+// why the scenario is skipped.
+type needsFunc func(t *trial) string
+
+func runnerFor(kind string) (runnerFunc, needsFunc) {
+	none := func(*trial) string { return "" }
+	switch kind {
+	case KindRequests:
+		return runRequests, none
+	case KindExpiryReplay:
+		return runExpiryReplay, needs(capExpirer, capAger)
+	case KindConfirmVsExpire:
+		return runConfirmVsExpire, needs(capExpirer, capAger, capConfirmer)
+	case KindReleaseReplay:
+		return runReleaseReplay, needs(capReleaser)
+	case KindInterleave:
+		return runInterleave, needs(capSessions)
+	case KindBadInput:
+		return runBadInput, none
+	}
+	panic("scenario: no runner for kind " + kind) // Validate rejects unknown kinds
+}
+
+type capability struct {
+	name string
+	has  func(t *trial) bool
+}
+
+var (
+	capExpirer   = capability{"Expirer", func(t *trial) bool { _, ok := t.node(0).(strategy.Expirer); return ok }}
+	capConfirmer = capability{"Confirmer", func(t *trial) bool { _, ok := t.node(0).(strategy.Confirmer); return ok }}
+	capReleaser  = capability{"Releaser", func(t *trial) bool { _, ok := t.node(0).(strategy.Releaser); return ok }}
+	capSessions  = capability{"SessionOpener", func(t *trial) bool { _, ok := t.node(0).(strategy.SessionOpener); return ok }}
+	capAger      = capability{"Ager (on the Deployment)", func(t *trial) bool { _, ok := t.dep.(strategy.Ager); return ok }}
+)
+
+func needs(caps ...capability) needsFunc {
+	return func(t *trial) string {
+		var missing []string
+		for _, c := range caps {
+			if !c.has(t) {
+				missing = append(missing, c.name)
+			}
+		}
+		if len(missing) == 0 {
+			return ""
+		}
+		return "strategy does not implement " + strings.Join(missing, ", ")
+	}
+}
+
+// trial is one repetition of a scenario on its own deployment, with its own
+// SKUs, keys and users (all suffixed), so trials never see each other.
+type trial struct {
+	env    *Env
+	in     *Input
+	n      int
+	suffix string
+	cfg    strategy.Config
+	dep    strategy.Deployment
+	hist   *History
+
+	facts   []Fact
+	varying []varyingCount
+	checks  []checkOutcome
+}
+
+type varyingCount struct {
+	name  string
+	value int
+}
+
+type checkOutcome struct {
+	claim   strategy.Claims
+	what    string
+	ok      bool
+	detail  string
+	history string
+}
+
+func (t *trial) node(i int) strategy.Strategy { return t.dep.Node(i % t.cfg.NodeCount()) }
+
+func (t *trial) sku(name string) string  { return name + t.suffix }
+func (t *trial) key(name string) string  { return name + t.suffix }
+func (t *trial) user(name string) string { return name + t.suffix }
+
+// plain strips the trial suffix for display.
+func (t *trial) plain(s string) string { return strings.TrimSuffix(s, t.suffix) }
+
+func (t *trial) fact(name, format string, args ...any) {
+	t.facts = append(t.facts, Fact{Name: name, Value: fmt.Sprintf(format, args...)})
+}
+
+func (t *trial) vary(name string, v int) { t.varying = append(t.varying, varyingCount{name, v}) }
+
+// check records one assertion. keys select the history excerpt shown when it
+// fails (all operations when empty).
+func (t *trial) check(claim strategy.Claims, what string, ok bool, detail string, keys ...string) {
+	o := checkOutcome{claim: claim, what: what, ok: ok}
+	if !ok {
+		o.detail = detail
+		o.history = Excerpt(t.hist.Ops(), keys, 40)
+	}
+	t.checks = append(t.checks, o)
+}
+
+func (t *trial) audit(ctx context.Context) (map[string]strategy.StockAudit, error) {
+	list, err := t.dep.Audit(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	out := make(map[string]strategy.StockAudit, len(list))
+	for _, a := range list {
+		out[a.SKU] = a
+	}
+	for _, s := range t.cfg.Stock {
+		if _, ok := out[s.SKU]; !ok {
+			return nil, fmt.Errorf("audit: no row for sku %s", s.SKU)
+		}
+	}
+	return out, nil
+}
+
+func sumAvailable(a map[string]strategy.StockAudit) int {
+	n := 0
+	for _, s := range a {
+		n += s.Available
+	}
+	return n
+}
+
+// reserve sends one request and records it.
+func (t *trial) reserve(ctx context.Context, proc string, node int, req strategy.Request) Op {
+	op := Op{Process: proc, Node: node % t.cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
+	res, err := t.node(node).Reserve(ctx, req)
+	return t.hist.End(reserveOp(op, res, err))
+}
+
+// lookupAll returns the durable reservation of every key, using a few
+// concurrent lookups.
+func (t *trial) lookupAll(ctx context.Context, keys []string) (map[string]strategy.Reservation, error) {
+	out := make(map[string]strategy.Reservation, len(keys))
+	var mu sync.Mutex
+	var firstErr error
+	ch := make(chan string)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range ch {
+				r, err := t.node(0).Lookup(ctx, k)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("lookup %s: %w", k, err)
+				}
+				out[k] = r
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, k := range keys {
+		ch <- k
+	}
+	close(ch)
+	wg.Wait()
+	return out, firstErr
+}
+
+// checkDurable checks the whole history of the trial against the durable
+// state: acknowledged reservations exist, refused ones do not, unknown ones
+// are resolved, keys and users are never doubled, and the audit balances.
+func (t *trial) checkDurable(ctx context.Context) error {
+	ops := t.hist.Ops()
+	var keys []string
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind == "reserve" && op.Req.Key != "" && !seen[op.Req.Key] && op.Req.Validate() == nil {
+			seen[op.Req.Key] = true
+			keys = append(keys, op.Req.Key)
+		}
+	}
+	durable, err := t.lookupAll(ctx, keys)
+	if err != nil {
+		return err
+	}
+
+	var lost, leaked, mismatched, unknownCommitted, unknownAbsent []string
+	heldBy := map[string][]Op{} // key -> HELD answers
+	for _, op := range ops {
+		if op.Kind != "reserve" || !seen[op.Req.Key] {
+			continue
+		}
+		d := durable[op.Req.Key]
+		switch op.Type {
+		case OpOK:
+			if op.Outcome == strategy.OutcomeHeld {
+				heldBy[op.Req.Key] = append(heldBy[op.Req.Key], op)
+			}
+			if d.Status == strategy.StatusNotFound {
+				lost = append(lost, op.Req.Key)
+			} else if d.User != op.Req.User || d.SKU != op.Req.SKU {
+				mismatched = append(mismatched, op.Req.Key)
+			}
+		case OpInfo:
+			if d.Status == strategy.StatusNotFound {
+				unknownAbsent = append(unknownAbsent, op.Req.Key)
+			} else {
+				unknownCommitted = append(unknownCommitted, op.Req.Key)
+			}
+		}
+	}
+	for _, op := range ops {
+		if op.Kind == "reserve" && op.Type == OpFail && seen[op.Req.Key] &&
+			len(heldBy[op.Req.Key]) == 0 && durable[op.Req.Key].Status != strategy.StatusNotFound &&
+			!answeredOKElsewhere(ops, op.Req.Key) {
+			leaked = append(leaked, op.Req.Key)
+		}
+	}
+	t.check(Base, "every acknowledged reservation is in the database", len(lost) == 0,
+		fmt.Sprintf("%d acknowledged HELD/REPLAY answers have no reservation: %s", len(lost), sample(lost)), lost...)
+	t.check(Base, "a refused request leaves no reservation", len(leaked) == 0,
+		fmt.Sprintf("%d refused requests left a reservation: %s", len(leaked), sample(leaked)), leaked...)
+	t.check(Base, "an acknowledged reservation belongs to its request", len(mismatched) == 0,
+		fmt.Sprintf("%d keys answered HELD/REPLAY but stored with another user or sku: %s", len(mismatched), sample(mismatched)), mismatched...)
+	t.vary("unknown outcomes resolved committed", len(unknownCommitted))
+	t.vary("unknown outcomes resolved absent", len(unknownAbsent))
+
+	// Requirement 2: one reservation per key; a repeat is REPLAY, another
+	// user or SKU is KEY_REUSED.
+	var doubled, misanswered []string
+	for k, held := range heldBy {
+		if len(held) > 1 {
+			doubled = append(doubled, k)
+		}
+	}
+	for _, op := range ops {
+		if op.Kind != "reserve" || !seen[op.Req.Key] || op.Type == OpInfo {
+			continue
+		}
+		d := durable[op.Req.Key]
+		held := heldBy[op.Req.Key]
+		if d.Status == strategy.StatusNotFound || len(held) == 0 || held[0].Invoke > op.Complete || held[0] == op {
+			continue // nothing stored, or this answer was given before the owner even started
+		}
+		same := d.User == op.Req.User && d.SKU == op.Req.SKU
+		afterOwner := op.Invoke > held[0].Complete
+		switch {
+		case same && op.Outcome != strategy.OutcomeReplay && op.Outcome != strategy.OutcomeHeld:
+			misanswered = append(misanswered, fmt.Sprintf("%s got %s, want REPLAY", t.plain(op.Req.Key), op.Outcome))
+		case !same && afterOwner && op.Outcome != strategy.OutcomeKeyReused:
+			misanswered = append(misanswered, fmt.Sprintf("%s (user %s, sku %s) got %s, want KEY_REUSED", t.plain(op.Req.Key), t.plain(op.Req.User), t.plain(op.Req.SKU), op.Outcome))
+		case !same && (op.Outcome == strategy.OutcomeHeld || op.Outcome == strategy.OutcomeReplay):
+			misanswered = append(misanswered, fmt.Sprintf("%s (user %s) got %s for another user's key", t.plain(op.Req.Key), t.plain(op.Req.User), op.Outcome))
+		}
+	}
+	sort.Strings(doubled)
+	sort.Strings(misanswered)
+	t.check(strategy.IdempotentKey, "one key yields at most one reservation", len(doubled) == 0,
+		fmt.Sprintf("%d keys answered HELD more than once: %s", len(doubled), sample(doubled)), doubled...)
+	t.check(strategy.IdempotentKey, "a repeated key is answered REPLAY, a reused one KEY_REUSED", len(misanswered) == 0,
+		fmt.Sprintf("%d misanswered: %s", len(misanswered), sample(misanswered)))
+
+	// Requirement 3: one active reservation per user and SKU.
+	perUser := map[string][]string{}
+	activeBySKU := map[string]int{}
+	for _, k := range keys {
+		d := durable[k]
+		if d.Status.Active() {
+			perUser[d.User+"\x00"+d.SKU] = append(perUser[d.User+"\x00"+d.SKU], k)
+			activeBySKU[d.SKU]++
+		}
+	}
+	var twice []string
+	var twiceKeys []string
+	for u, ks := range perUser {
+		if len(ks) > 1 {
+			user, sku, _ := strings.Cut(u, "\x00")
+			twice = append(twice, fmt.Sprintf("%s holds %d of %s", t.plain(user), len(ks), t.plain(sku)))
+			twiceKeys = append(twiceKeys, ks...)
+		}
+	}
+	sort.Strings(twice)
+	t.check(strategy.OneActivePerUser, "a user holds at most one active reservation per SKU", len(twice) == 0,
+		fmt.Sprintf("%d users over the limit: %s", len(twice), sample(twice)), twiceKeys...)
+
+	// Requirement 1 and conservation, from the audit.
+	audit, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	var over, drift, unaccounted []string
+	for _, s := range t.cfg.Stock {
+		a := audit[s.SKU]
+		if a.Oversold() > 0 {
+			over = append(over, fmt.Sprintf("%s: %d active > %d total", t.plain(s.SKU), a.Active, a.Total))
+		}
+		if a.Drift() != 0 {
+			drift = append(drift, fmt.Sprintf("%s: total %d - available %d - active %d = drift %d", t.plain(s.SKU), a.Total, a.Available, a.Active, a.Drift()))
+		}
+		if a.Active != activeBySKU[s.SKU] {
+			unaccounted = append(unaccounted, fmt.Sprintf("%s: audit counts %d active, the history's keys hold %d", t.plain(s.SKU), a.Active, activeBySKU[s.SKU]))
+		}
+	}
+	t.check(strategy.NoOversell, "active reservations never exceed the stock", len(over) == 0, strings.Join(over, "; "))
+	t.check(strategy.Conserves, "total - available == active (drift 0)", len(drift) == 0, strings.Join(drift, "; "))
+	t.check(Base, "every active reservation in the audit comes from the history", len(unaccounted) == 0, strings.Join(unaccounted, "; "))
+	return nil
+}
+
+// answeredOKElsewhere reports whether some request with this key was
+// acknowledged (or is unknown), so a row under the key is explained.
+func answeredOKElsewhere(ops []Op, key string) bool {
+	for _, op := range ops {
+		if op.Kind == "reserve" && op.Req.Key == key && (op.Type == OpOK || op.Type == OpInfo) {
+			return true
+		}
+	}
+	return false
+}
+
+func sample(xs []string) string {
+	if len(xs) > 5 {
+		return strings.Join(xs[:5], ", ") + fmt.Sprintf(" (and %d more)", len(xs)-5)
+	}
+	return strings.Join(xs, ", ")
+}
+
+func randomID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// scaled applies short_scale to a count (never below 1).
+func (t *trial) scaled(n int) int {
+	if !t.env.Short || t.in.ShortScale == 0 {
+		return n
+	}
+	return max(1, int(math.Round(float64(n)*t.in.ShortScale)))
+}
+
+// barrier starts n goroutines at once and waits for them all.
+func barrier(n int, f func(i int)) {
+	var ready, done sync.WaitGroup
+	start := make(chan struct{})
+	ready.Add(n)
+	done.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			f(i)
+		}()
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+}

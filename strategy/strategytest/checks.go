@@ -1,0 +1,195 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkConfig: an invalid Config is refused with ErrConfig and writes
+// nothing; a SKU cannot be opened twice; a fresh deployment audits clean;
+// nodes can be restarted.
+func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("cfg")
+	bad := map[string]strategy.Config{
+		"no database":    {Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"no stock":       {DB: db},
+		"negative total": {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: -1}}},
+		"sku twice":      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku, Total: 5}}},
+		"empty sku":      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: "", Total: 5}}},
+		"negative nodes": {DB: db, Nodes: -1, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+	}
+	for name, cfg := range bad {
+		dep, err := meta.Open(ctx, cfg)
+		if err == nil {
+			_ = dep.Close()
+			t.Errorf("Open with %s: no error, want one matching strategy.ErrConfig", name)
+			continue
+		}
+		if !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("Open with %s: %v, want an error matching strategy.ErrConfig", name, err)
+		}
+	}
+
+	// Nothing was written: the SKU opens now.
+	cfg := strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku + "-b", Total: 0}}}
+	dep, err := meta.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open after refused configs: %v (did a refused Open write stock?)", err)
+	}
+	defer dep.Close()
+
+	again, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 7}}})
+	if err == nil {
+		_ = again.Close()
+		t.Errorf("second Open of sku %s: no error, want strategy.ErrStockExists", sku)
+	} else if !errors.Is(err, strategy.ErrStockExists) {
+		t.Errorf("second Open of sku %s: %v, want strategy.ErrStockExists", sku, err)
+	}
+
+	checkAudit := func(when string, wantAvail, wantActive int) {
+		t.Helper()
+		list, err := dep.Audit(ctx)
+		if err != nil {
+			t.Fatalf("Audit %s: %v", when, err)
+		}
+		if len(list) != 2 {
+			t.Fatalf("Audit %s: %d rows, want one per SKU of the deployment (2): %+v", when, len(list), list)
+		}
+		for _, a := range list {
+			want := strategy.StockAudit{SKU: sku, Total: 5, Available: wantAvail, Active: wantActive}
+			if a.SKU == sku+"-b" {
+				want = strategy.StockAudit{SKU: sku + "-b"}
+			}
+			if a.SKU != want.SKU || a.Total != want.Total || a.Available != want.Available || a.Active != want.Active {
+				t.Errorf("Audit %s: %+v, want total %d, available %d, active %d", when, a, want.Total, want.Available, want.Active)
+			}
+		}
+	}
+	checkAudit("of a fresh deployment", 5, 0)
+
+	for i := 0; i < 2; i++ {
+		if dep.Node(i) == nil {
+			t.Fatalf("Node(%d) is nil", i)
+		}
+	}
+	r, err := dep.Node(1).Lookup(ctx, "kit-no-such-key-"+sku)
+	if err != nil || r.Status != strategy.StatusNotFound {
+		t.Errorf("Lookup of an unknown key: %+v, %v; want StatusNotFound, nil", r, err)
+	}
+
+	res, err := dep.Node(0).Reserve(ctx, strategy.Request{Key: "kit-k1-" + sku, User: "kit-u1", SKU: sku, TTL: time.Minute})
+	if err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve: %+v, %v; want HELD", res, err)
+	}
+	if res.Reservation.Key != "kit-k1-"+sku || res.Reservation.Status != strategy.StatusHeld || res.Reservation.User != "kit-u1" || res.Reservation.SKU != sku {
+		t.Errorf("Reserve HELD: Result.Reservation %+v does not describe the new reservation", res.Reservation)
+	}
+	if res.Reservation.ExpiresAt.IsZero() {
+		t.Errorf("Reserve HELD: Result.Reservation.ExpiresAt is zero")
+	}
+	replay, err := dep.Node(1).Reserve(ctx, strategy.Request{Key: "kit-k1-" + sku, User: "kit-u1", SKU: sku, TTL: time.Minute})
+	if err != nil || replay.Outcome != strategy.OutcomeReplay || replay.Reservation.Status != strategy.StatusHeld {
+		t.Errorf("Reserve again on another node: %+v, %v; want REPLAY with status HELD", replay, err)
+	}
+	none, err := dep.Node(0).Reserve(ctx, strategy.Request{Key: "kit-k2-" + sku, User: "kit-u2", SKU: sku + "-b", TTL: time.Minute})
+	if err != nil || none.Outcome != strategy.OutcomeSoldOut {
+		t.Errorf("Reserve on a SKU with 0 units: %+v, %v; want SOLD_OUT", none, err)
+	}
+	checkAudit("after one reservation", 4, 1)
+
+	for i := 0; i < 2; i++ {
+		if err := dep.Restart(ctx, i); err != nil {
+			t.Fatalf("Restart(%d): %v", i, err)
+		}
+	}
+	got, err := dep.Node(0).Lookup(ctx, "kit-k1-"+sku)
+	if err != nil || got.Status != strategy.StatusHeld {
+		t.Errorf("Lookup after restarting every node: %+v, %v; want HELD", got, err)
+	}
+	checkAudit("after restarting every node", 4, 1)
+}
+
+// checkSession: a held-open attempt is invisible until Commit, gone after
+// Rollback, and Rollback after Commit is harmless.
+func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("sess")
+	dep, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("strategy does not implement strategy.SessionOpener: interleavings are skipped")
+	}
+	avail := func() int {
+		t.Helper()
+		list, err := dep.Audit(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("Audit: %+v, %v", list, err)
+		}
+		return list[0].Available
+	}
+	status := func(key string) strategy.Status {
+		t.Helper()
+		r, err := dep.Node(0).Lookup(ctx, key)
+		if err != nil {
+			t.Fatalf("Lookup: %v", err)
+		}
+		return r.Status
+	}
+
+	for _, end := range []string{"commit", "rollback"} {
+		key := "kit-" + end + "-" + sku
+		s, err := opener.OpenSession(ctx)
+		if err != nil {
+			t.Fatalf("OpenSession: %v", err)
+		}
+		if len(s.Backends()) == 0 {
+			t.Logf("session reports no backends: the harness cannot see it blocked in PostgreSQL")
+		}
+		res, err := s.Reserve(ctx, strategy.Request{Key: key, User: "kit-" + end, SKU: sku, TTL: time.Minute})
+		if err != nil || res.Outcome != strategy.OutcomeHeld {
+			_ = s.Rollback(ctx)
+			t.Fatalf("Session.Reserve: %+v, %v; want HELD", res, err)
+		}
+		if st := status(key); st != strategy.StatusNotFound {
+			t.Errorf("%s: an uncommitted attempt is visible to Lookup as %s", end, st)
+		}
+		before := avail()
+		if end == "commit" {
+			if err := s.Commit(ctx); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			if err := s.Rollback(ctx); err != nil {
+				t.Errorf("Rollback after Commit: %v, want nil (a no-op)", err)
+			}
+			if st := status(key); st != strategy.StatusHeld {
+				t.Errorf("after Commit: Lookup says %s, want HELD", st)
+			}
+			continue
+		}
+		if err := s.Rollback(ctx); err != nil {
+			t.Fatalf("Rollback: %v", err)
+		}
+		if st := status(key); st != strategy.StatusNotFound {
+			t.Errorf("after Rollback: Lookup says %s, want NOT_FOUND", st)
+		}
+		if got := avail(); got != before+1 && got != before {
+			t.Errorf("after Rollback: available %d, was %d", got, before)
+		}
+	}
+	if got := avail(); got != 2 {
+		t.Errorf("after one committed and one rolled-back attempt on 3 units: available %d, want 2", got)
+	}
+}

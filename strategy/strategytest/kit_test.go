@@ -1,0 +1,259 @@
+package strategytest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The fakes below exist to prove the kit: the correct one passes it, the
+// broken one (no key dedup, no per-user limit) must fail it. They keep
+// everything in memory and ignore the database except as an identity.
+
+var fakeStores sync.Map // *pgxpool.Pool -> *fakeStore
+
+type fakeStore struct {
+	mu     sync.Mutex
+	broken bool
+	stock  map[string]*fakeStock
+	rows   []*strategy.Reservation // in insertion order; the broken fake may hold a key twice
+}
+
+type fakeStock struct{ total, available int }
+
+func fakeMeta(name string, broken bool) strategy.Meta {
+	return strategy.Meta{
+		Name:        name,
+		Description: "in-memory fake that proves the conformance kit",
+		Claims:      strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart,
+		Open: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+			if err := cfg.Validate(); err != nil {
+				return nil, err
+			}
+			v, _ := fakeStores.LoadOrStore(cfg.DB, &fakeStore{stock: map[string]*fakeStock{}})
+			st := v.(*fakeStore)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			st.broken = broken
+			for _, s := range cfg.Stock {
+				if st.stock[s.SKU] != nil {
+					return nil, fmt.Errorf("%w: %s", strategy.ErrStockExists, s.SKU)
+				}
+			}
+			for _, s := range cfg.Stock {
+				st.stock[s.SKU] = &fakeStock{total: s.Total, available: s.Total}
+			}
+			return &fakeDeployment{store: st, skus: cfg.SKUs(), nodes: cfg.NodeCount()}, nil
+		},
+	}
+}
+
+type fakeDeployment struct {
+	store *fakeStore
+	skus  []string
+	nodes int
+}
+
+func (d *fakeDeployment) Node(i int) strategy.Strategy {
+	return &fakeNode{d: d}
+}
+func (d *fakeDeployment) Restart(context.Context, int) error { return nil }
+func (d *fakeDeployment) Close() error                       { return nil }
+
+func (d *fakeDeployment) Audit(context.Context) ([]strategy.StockAudit, error) {
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []strategy.StockAudit
+	for _, sku := range d.skus {
+		a := strategy.StockAudit{SKU: sku, Total: s.stock[sku].total, Available: s.stock[sku].available}
+		for _, r := range s.rows {
+			if r.SKU == sku && r.Status.Active() {
+				a.Active++
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func (d *fakeDeployment) MakeDue(_ context.Context, keys []string) (int, error) {
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		for _, r := range s.rows {
+			if r.Key == k && r.Status == strategy.StatusHeld {
+				r.ExpiresAt = time.Now().Add(-time.Second)
+				n++
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+type fakeNode struct{ d *fakeDeployment }
+
+func (n *fakeNode) Reserve(_ context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := req.Validate(); err != nil {
+		return strategy.BadRequest(err)
+	}
+	s := n.d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stock := s.stock[req.SKU]
+	if stock == nil {
+		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
+	}
+	if !s.broken {
+		for _, r := range s.rows {
+			if r.Key == req.Key {
+				if r.User != req.User || r.SKU != req.SKU {
+					return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: *r}, nil
+				}
+				return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: *r}, nil
+			}
+		}
+		for _, r := range s.rows {
+			if r.User == req.User && r.SKU == req.SKU && r.Status.Active() {
+				return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+			}
+		}
+	}
+	if stock.available == 0 {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	stock.available--
+	r := &strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: time.Now().Add(req.TTL)}
+	s.rows = append(s.rows, r)
+	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: *r}, nil
+}
+
+func (n *fakeNode) Lookup(_ context.Context, key string) (strategy.Reservation, error) {
+	s := n.d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rows {
+		if r.Key == key {
+			return *r, nil
+		}
+	}
+	return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+}
+
+func (n *fakeNode) move(key string, to strategy.Status, due bool) int {
+	s := n.d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rows {
+		if r.Key == key && r.Status == strategy.StatusHeld && (!due || r.ExpiresAt.Before(time.Now())) {
+			r.Status = to
+			if to != strategy.StatusConfirmed {
+				s.stock[r.SKU].available++
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+func (n *fakeNode) Confirm(_ context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
+	if mode == strategy.ConfirmBeforeExpiry {
+		if r, _ := n.Lookup(context.Background(), key); r.ExpiresAt.Before(time.Now()) {
+			return false, nil
+		}
+	}
+	return n.move(key, strategy.StatusConfirmed, false) == 1, nil
+}
+
+func (n *fakeNode) Release(_ context.Context, key string) (int, error) {
+	return n.move(key, strategy.StatusReleased, false), nil
+}
+
+func (n *fakeNode) ExpireDue(context.Context) (int, error) {
+	s := n.d.store
+	s.mu.Lock()
+	var due []string
+	for _, r := range s.rows {
+		for _, sku := range n.d.skus {
+			if r.SKU == sku && r.Status == strategy.StatusHeld && r.ExpiresAt.Before(time.Now()) {
+				due = append(due, r.Key)
+			}
+		}
+	}
+	s.mu.Unlock()
+	units := 0
+	for _, k := range due {
+		units += n.move(k, strategy.StatusExpired, true)
+	}
+	return units, nil
+}
+
+var (
+	_ strategy.Strategy  = (*fakeNode)(nil)
+	_ strategy.Confirmer = (*fakeNode)(nil)
+	_ strategy.Releaser  = (*fakeNode)(nil)
+	_ strategy.Expirer   = (*fakeNode)(nil)
+	_ strategy.Ager      = (*fakeDeployment)(nil)
+)
+
+func TestKitPassesCorrectFake(t *testing.T) {
+	strategytest.Run(t, fakeMeta("fake", false), pgtest.Pools)
+}
+
+// TestKitFailsBrokenFake: the broken fake must be caught, with the right
+// claims, by the same scenarios.
+func TestKitFailsBrokenFake(t *testing.T) {
+	db, admin := pgtest.Pools(t)
+	results, err := strategytest.Verify(context.Background(), fakeMeta("fake-broken", true), db, admin,
+		strategytest.Options{Short: true, Only: []string{"duplicate-key", "user-limit", "contention"}})
+	require.NoError(t, err)
+	violated := map[string][]string{}
+	for _, r := range results {
+		for _, c := range r.Violations() {
+			violated[r.Scenario] = append(violated[r.Scenario], c.Claims)
+		}
+	}
+	require.Contains(t, violated["duplicate-key"], strategy.IdempotentKey.String(), "duplicate keys must be caught: %v", violated)
+	require.Contains(t, violated["user-limit"], strategy.OneActivePerUser.String(), "a user over the limit must be caught: %v", violated)
+	require.Empty(t, violated["contention"], "distinct users and keys do not exercise the breakage")
+}
+
+// TestKitRunFailsTheTest runs Run on the broken fake in a helper process and
+// checks that the test fails and names the strategy, scenario and claim.
+func TestKitRunFailsTheTest(t *testing.T) {
+	if os.Getenv("KIT_HELPER") == "1" {
+		strategytest.Run(t, fakeMeta("fake-broken", true), pgtest.Pools)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKitRunFailsTheTest$", "-test.short")
+	cmd.Env = append(os.Environ(), "KIT_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the kit must fail a broken strategy; output:\n%s", out)
+	for _, want := range []string{"VIOLATION: strategy fake-broken, scenario duplicate-key", "idempotent-key", "history:"} {
+		require.True(t, strings.Contains(string(out), want), "output lacks %q:\n%s", want, out)
+	}
+}
+
+func TestScenarioInputsAreValid(t *testing.T) {
+	ins, err := scenario.Load()
+	require.NoError(t, err)
+	require.NotEmpty(t, ins)
+}
+
