@@ -256,4 +256,3 @@ func TestScenarioInputsAreValid(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, ins)
 }
-
