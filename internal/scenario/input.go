@@ -62,6 +62,11 @@ type Input struct {
 	Sessions  []SessionInput `json:"sessions,omitempty"`
 	SeedOrder []string       `json:"seed_order,omitempty"` // the ordering the seed ran, shown in the table
 
+	// Summary places the scenario's facts in the summary of table 28-1:
+	// "counts" (the seed's counts column) or "boundary" (the observed
+	// boundary column). Empty: only in the per-scenario sections.
+	Summary string `json:"summary,omitempty"`
+
 	// Seed is what the seed reported, by strategy name ("any" for all), shown
 	// next to the measured counts so the seed's rows stay recognisable. It is
 	// never used as an expectation.
@@ -263,6 +268,11 @@ func (in *Input) Validate() error {
 	case KindBadInput:
 	default:
 		return bad("unknown kind %q", in.Kind)
+	}
+	switch in.Summary {
+	case "", "counts", "boundary":
+	default:
+		return bad("summary must be counts or boundary")
 	}
 	return nil
 }

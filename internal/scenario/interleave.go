@@ -363,27 +363,34 @@ func (t *trial) launch(ctx context.Context, opener strategy.SessionOpener, s *se
 }
 
 // settle waits until every step in flight has finished or is seen blocked.
+// A step that finishes can wake others, which may then block on each other
+// (after t1 rolls back, t2 and t3 both wake and one waits for the other), so
+// it repeats until a pass finishes nothing.
 func (t *trial) settle(ctx context.Context, sessions []*sessionRun) error {
-	for _, s := range sessions {
-		if s.busy == nil {
-			continue
-		}
-		finished, err := t.await(ctx, s)
-		if err != nil {
-			return err
-		}
-		if finished {
-			if s.busy.step.End {
-				s.ended = true
-			} else if !s.in.Hold {
+	for {
+		progress := false
+		for _, s := range sessions {
+			if s.busy == nil {
+				continue
+			}
+			finished, err := t.await(ctx, s)
+			if err != nil {
+				return err
+			}
+			if !finished {
+				s.waited = true
+				continue
+			}
+			if s.busy.step.End || !s.in.Hold {
 				s.ended = true
 			}
 			s.busy = nil
-		} else {
-			s.waited = true
+			progress = true
+		}
+		if !progress {
+			return nil
 		}
 	}
-	return nil
 }
 
 // await reports whether the session's step finished (true) or is blocked in

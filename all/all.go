@@ -1,0 +1,6 @@
+// Package all registers every strategy of reservebench. Import it for its
+// side effects; adding a strategy to the harness and the benchmarks is one
+// line here:
+//
+//	import _ "github.com/reservebench/reservebench/all"
+package all

@@ -1,0 +1,192 @@
+// Package compare is the harness behind table 28-1: it runs every scenario of
+// testdata/scenarios, with identical inputs, against every registered
+// strategy on a real PostgreSQL, and renders the results.
+//
+// `go test ./compare` runs it (TestTable28_1) and rewrites
+// docs/table-28-1.md and docs/table-28-1.json; the test fails when a
+// strategy breaks a guarantee it claims, when a negative control is not
+// caught, or (in CI) when the regenerated table differs from the committed
+// one. The harness never names a strategy: it works from strategy.Registered()
+// and each strategy's Claims.
+package compare
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// Options configure a run.
+type Options struct {
+	// Strategies to run; nil means strategy.Registered().
+	Strategies []strategy.Meta
+	// Scenarios to run; nil means every scenario in testdata/scenarios.
+	Scenarios []*scenario.Input
+	// Short runs fewer repetitions and smaller storms.
+	Short bool
+	// Parallel is how many strategies run at once (default 1).
+	Parallel int
+	// Database gives each strategy a fresh database: db for the strategy (a
+	// bounded pool, ideally a non-superuser role), admin for lock probes.
+	// done is called when the strategy's scenarios have run.
+	Database func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, done func(), err error)
+	// Logf receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Scenarios  []*scenario.Input
+	Strategies []*StrategyReport
+	// Controls are the negative controls, when the caller ran them.
+	Controls []*ControlReport
+	// Server is the PostgreSQL major version the run used, e.g. "15".
+	Server string
+}
+
+// StrategyReport is every scenario's result for one strategy.
+type StrategyReport struct {
+	Meta    strategy.Meta
+	Results []*scenario.Result // in the order of Report.Scenarios
+}
+
+// ControlReport is a negative control: a deliberately broken strategy that
+// claims what it cannot keep, and the verdict the harness must reach.
+type ControlReport struct {
+	*StrategyReport
+	Case   string // the seed's case, e.g. "C28-10"
+	Breaks string // what is broken, in one line
+	Expect []Expectation
+	// Caught lists, per expectation, whether the run found that violation.
+	Caught []bool
+}
+
+// Expectation is a violation a negative control must produce.
+type Expectation struct {
+	Scenario string
+	Claim    strategy.Claims
+}
+
+// Run runs the scenarios against the strategies.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if opts.Database == nil {
+		return nil, fmt.Errorf("compare: Options.Database is required")
+	}
+	if opts.Strategies == nil {
+		opts.Strategies = strategy.Registered()
+	}
+	if opts.Scenarios == nil {
+		all, err := scenario.Load()
+		if err != nil {
+			return nil, err
+		}
+		opts.Scenarios = all
+	}
+	scenarios := ordered(opts.Scenarios)
+	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
+	par := max(opts.Parallel, 1)
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	errs := make([]error, len(opts.Strategies))
+	for i, meta := range opts.Strategies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rep.Strategies[i], errs[i] = runStrategy(ctx, opts, meta, scenarios)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*scenario.Input) (*StrategyReport, error) {
+	db, admin, done, err := opts.Database(ctx, meta.Name)
+	if err != nil {
+		return nil, fmt.Errorf("compare: database for %s: %w", meta.Name, err)
+	}
+	defer done()
+	sr := &StrategyReport{Meta: meta}
+	start := time.Now()
+	for _, in := range scenarios {
+		r, err := scenario.Run(ctx, scenario.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}, in)
+		if err != nil {
+			return sr, fmt.Errorf("compare: %w", err)
+		}
+		if opts.Logf != nil {
+			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
+		}
+		sr.Results = append(sr.Results, r)
+	}
+	if opts.Logf != nil {
+		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
+	}
+	return sr, nil
+}
+
+// ordered sorts scenarios by the seed's case number, then name; scenarios
+// that are not the seed's come last.
+func ordered(in []*scenario.Input) []*scenario.Input {
+	out := append([]*scenario.Input(nil), in...)
+	rank := func(s *scenario.Input) string {
+		if len(s.Case) == 6 && s.Case[:4] == "C28-" {
+			return "0" + s.Case
+		}
+		return "1" + s.Case
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		ri, rj := rank(out[i]), rank(out[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Judge fills in Caught for each expectation of a control.
+func (c *ControlReport) Judge() {
+	c.Caught = make([]bool, len(c.Expect))
+	for i, e := range c.Expect {
+		for _, r := range c.Results {
+			if r.Scenario != e.Scenario {
+				continue
+			}
+			for _, v := range r.Violations() {
+				if v.Claim == e.Claim {
+					c.Caught[i] = true
+				}
+			}
+		}
+	}
+}
+
+// Violations returns every violation of the registered strategies, as
+// failure messages naming strategy, scenario, trial and history.
+func (r *Report) Violations() []string {
+	var out []string
+	for _, s := range r.Strategies {
+		if s == nil {
+			continue
+		}
+		for _, res := range s.Results {
+			for _, c := range res.Violations() {
+				out = append(out, res.Failure(c))
+			}
+		}
+	}
+	return out
+}
