@@ -114,9 +114,9 @@ func controlMeta(name string, b breakage) strategy.Meta {
 
 // control is deployment and node at once: it keeps nothing in memory.
 type control struct {
-	db        *pgxpool.Pool
-	skus      []string
-	breaks    breakage
+	db           *pgxpool.Pool
+	skus         []string
+	breaks       breakage
 	firstRunDied atomic.Bool // splitRelease: the first expiry run has died
 }
 
@@ -128,7 +128,7 @@ var (
 	_ strategy.Ager          = (*control)(nil)
 )
 
-func (c *control) Node(int) strategy.Strategy          { return c }
+func (c *control) Node(int) strategy.Strategy         { return c }
 func (c *control) Restart(context.Context, int) error { return nil }
 func (c *control) Close() error                       { return nil }
 
