@@ -1,0 +1,262 @@
+package hotrow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// The reservation, step by step (seed 000, Inventory.reserveInTx). Every
+// statement runs inside the caller's transaction.
+const (
+	sqlSavepoint           = `SAVEPOINT hotrow_reserve`
+	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT hotrow_reserve`
+
+	// sqlInsertHeld registers the key. ON CONFLICT names only request_key as
+	// the arbiter: a known key is DO NOTHING (no row returned), while a
+	// conflict on reservation_one_active still raises 23505 (INSERT docs:
+	// only the arbiter index takes the alternative action). Under READ
+	// COMMITTED a key inserted by a transaction still in flight makes this
+	// wait for it (docs 13.2.1). expires_at uses now(), the transaction's
+	// start (docs 9.9.5).
+	sqlInsertHeld = `
+INSERT INTO reservation (request_key, user_id, sku, status, expires_at)
+VALUES ($1, $2, $3, 'HELD', now() + $4::bigint * interval '1 microsecond')
+ON CONFLICT (request_key) DO NOTHING
+RETURNING request_key, user_id, sku, status, expires_at`
+
+	// sqlTakeUnit is the hot row. Under READ COMMITTED an UPDATE that finds
+	// the row locked by a concurrent decrement waits for that transaction and
+	// then evaluates available > 0 again on the newest row version (docs
+	// 13.2.1), so every decrement sees the one committed before it.
+	sqlTakeUnit = `UPDATE sku_stock SET available = available - 1 WHERE sku = $1 AND available > 0`
+
+	sqlLookup = `
+SELECT request_key, user_id, sku, status, expires_at FROM reservation WHERE request_key = $1`
+
+	// sqlUserHoldsActive tells a real USER_LIMIT from a conflict this
+	// transaction cannot see (see reserveInTx).
+	sqlUserHoldsActive = `
+SELECT EXISTS (SELECT 1 FROM reservation
+               WHERE sku = $1 AND user_id = $2 AND status IN ('HELD', 'CONFIRMED'))`
+)
+
+// Constraint names from schema.sql, to tell unique violations apart.
+const (
+	constraintRequestKey = "reservation_request_key"
+	constraintOneActive  = "reservation_one_active"
+	constraintSKU        = "reservation_sku_fkey"
+)
+
+// SQLSTATEs hotrow acts on.
+const (
+	codeUniqueViolation      = "23505"
+	codeForeignKeyViolation  = "23503"
+	codeSerializationFailure = "40001"
+	codeDeadlockDetected     = "40P01"
+)
+
+// errInvisibleConflict: an index said a conflicting row exists, but this
+// transaction's snapshot cannot see it (under REPEATABLE READ and
+// SERIALIZABLE it committed after the snapshot; under READ COMMITTED it left
+// the active states in between). Like 40001, the whole transaction is rerun.
+var errInvisibleConflict = errors.New("hotrow: a conflicting reservation is not visible to this transaction")
+
+// reserveInTx is the one reservation routine, shared by Reserve (begin,
+// reserveInTx, commit, retried as a whole) and Session.Reserve (inside the
+// session's transaction, never retried). req is valid and names one of the
+// deployment's SKUs.
+//
+// On SOLD_OUT, USER_LIMIT, KEY_REUSED, REPLAY and BAD_REQUEST it leaves the
+// transaction as it found it: everything after the savepoint is rolled back,
+// so committing writes nothing. On HELD the reservation row and the
+// decrement are pending in tx. On an error tx may be aborted.
+func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
+		return strategy.Result{}, fmt.Errorf("savepoint: %w", err)
+	}
+	held, err := scanReservation(tx.QueryRow(ctx, sqlInsertHeld, req.Key, req.User, req.SKU, req.TTL.Microseconds()))
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		// A new row; now the unit.
+	case errors.Is(err, pgx.ErrNoRows):
+		// The key is known. Its owner has committed (we waited for it if it
+		// was in flight), so this new statement sees the row.
+		return answerKnownKey(ctx, tx, req)
+	case errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation:
+		if err := rollbackToSavepoint(ctx, tx); err != nil {
+			return strategy.Result{}, err
+		}
+		if pgErr.ConstraintName != constraintOneActive {
+			// request_key itself: the arbiter normally absorbs this.
+			return answerKnownKey(ctx, tx, req)
+		}
+		// The per-user index. A concurrent request with the SAME key can
+		// reach this index before request_key: it waited for the other
+		// insert to commit and then failed here. Look the key up first,
+		// or a replay is answered USER_LIMIT (the seed's intermittent
+		// {HELD=1, REPLAY=14, USER_LIMIT=1}).
+		if r, found, err := lookupIn(ctx, tx, req.Key); err != nil || found {
+			if err != nil {
+				return strategy.Result{}, err
+			}
+			return knownKey(req, r), nil
+		}
+		var holds bool
+		if err := tx.QueryRow(ctx, sqlUserHoldsActive, req.SKU, req.User).Scan(&holds); err != nil {
+			return strategy.Result{}, fmt.Errorf("look up active reservation of user: %w", err)
+		}
+		if !holds {
+			return strategy.Result{}, errInvisibleConflict
+		}
+		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+	case errors.As(err, &pgErr) && pgErr.Code == codeForeignKeyViolation && pgErr.ConstraintName == constraintSKU:
+		// A backstop: Reserve checks the deployment's SKUs before this.
+		if err := rollbackToSavepoint(ctx, tx); err != nil {
+			return strategy.Result{}, err
+		}
+		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
+	default:
+		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
+	}
+
+	tag, err := tx.Exec(ctx, sqlTakeUnit, req.SKU)
+	if err != nil {
+		return strategy.Result{}, fmt.Errorf("take unit: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		// available was 0 on the newest committed version: undo the insert.
+		if err := rollbackToSavepoint(ctx, tx); err != nil {
+			return strategy.Result{}, err
+		}
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: held}, nil
+}
+
+func rollbackToSavepoint(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
+		return fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	return nil
+}
+
+// answerKnownKey answers a request whose key is already registered.
+func answerKnownKey(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	r, found, err := lookupIn(ctx, tx, req.Key)
+	if err != nil {
+		return strategy.Result{}, err
+	}
+	if !found {
+		// Rows are never deleted, so only a snapshot older than the
+		// owner's commit can miss it (PostgreSQL raises 40001 for that
+		// case itself under REPEATABLE READ; this is the safety net).
+		return strategy.Result{}, errInvisibleConflict
+	}
+	return knownKey(req, r), nil
+}
+
+// knownKey is REPLAY when the stored reservation is this request's, else
+// KEY_REUSED; either way the stored reservation, in its current status.
+func knownKey(req strategy.Request, r strategy.Reservation) strategy.Result {
+	if r.User != req.User || r.SKU != req.SKU {
+		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}
+	}
+	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}
+}
+
+func lookupIn(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key string) (strategy.Reservation, bool, error) {
+	r, err := scanReservation(q.QueryRow(ctx, sqlLookup, key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, false, nil
+	case err != nil:
+		return strategy.Reservation{}, false, fmt.Errorf("look up key: %w", err)
+	}
+	return r, true, nil
+}
+
+func scanReservation(row pgx.Row) (strategy.Reservation, error) {
+	var r strategy.Reservation
+	var status string
+	err := row.Scan(&r.Key, &r.User, &r.SKU, &status, &r.ExpiresAt)
+	r.Status = strategy.Status(status)
+	return r, err
+}
+
+// checkRequest is everything decided without the database: the contract's
+// field checks, then whether the SKU is one of this deployment's.
+func (d *Deployment) checkRequest(req strategy.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !d.owns[req.SKU] {
+		return strategy.UnknownSKU(req.SKU)
+	}
+	return nil
+}
+
+// Reserve runs reserveInTx in its own transaction at the deployment's
+// isolation level and commits it, rerunning the whole transaction after
+// 40001 or 40P01 (Options.MaxRetries).
+func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := n.d.checkRequest(req); err != nil {
+		return strategy.BadRequest(err)
+	}
+	if err := n.check(); err != nil {
+		return strategy.Result{}, err
+	}
+	var res strategy.Result
+	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = reserveInTx(ctx, tx, req)
+		return err
+	})
+	switch {
+	case errors.Is(err, strategy.ErrBadRequest):
+		return strategy.BadRequest(err)
+	case err != nil:
+		return strategy.Result{}, fmt.Errorf("hotrow: reserve %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// Lookup reads the committed reservation with this key, whatever its SKU:
+// request keys are unique across the whole table.
+func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	if err := n.check(); err != nil {
+		return strategy.Reservation{}, err
+	}
+	if !storable(key) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
+	r, _, err := lookupIn(ctx, n.d.db, key)
+	if err != nil {
+		return strategy.Reservation{}, fmt.Errorf("hotrow: lookup %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// storable reports whether PostgreSQL text can hold key at all. A key it
+// cannot hold was never stored: Lookup says NOT_FOUND, transitions move
+// nothing, and no query fails on the encoding.
+func storable(key string) bool {
+	if !utf8.ValidString(key) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return false
+		}
+	}
+	return true
+}

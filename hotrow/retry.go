@@ -1,0 +1,84 @@
+package hotrow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Backoff between retries: a random pause in [0, min(retryPauseCap,
+// retryPauseBase<<attempt)), so transactions that lost the same race do not
+// queue on the hot row again in lockstep.
+const (
+	retryPauseBase = 200 * time.Microsecond
+	retryPauseCap  = 20 * time.Millisecond
+)
+
+// inTx runs fn in a transaction at the deployment's isolation level and
+// commits it. When the transaction fails with a serialization failure
+// (40001), a deadlock (40P01) or errInvisibleConflict (all of which leave
+// nothing committed), it reruns the whole transaction, at most
+// d.maxRetries times. fn must set its results afresh on every call.
+func (d *Deployment) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := d.once(ctx, fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if attempt >= d.maxRetries {
+			if attempt == 0 {
+				return err
+			}
+			return fmt.Errorf("gave up after %d retries: %w", attempt, err)
+		}
+		d.retries.Add(1)
+		if perr := pause(ctx, attempt); perr != nil {
+			return fmt.Errorf("waiting to retry: %w (last error: %w)", perr, err)
+		}
+	}
+}
+
+func (d *Deployment) once(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := d.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: d.iso})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// retryable reports whether err says the transaction was rolled back for a
+// reason a fresh attempt can overcome.
+func retryable(err error) bool {
+	if errors.Is(err, errInvisibleConflict) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == codeSerializationFailure || pgErr.Code == codeDeadlockDetected)
+}
+
+func pause(ctx context.Context, attempt int) error {
+	limit := retryPauseCap
+	if attempt < 16 && retryPauseBase<<attempt < limit {
+		limit = retryPauseBase << attempt
+	}
+	t := time.NewTimer(rand.N(limit) + time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
