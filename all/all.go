@@ -4,3 +4,7 @@
 //
 //	import _ "github.com/reservebench/reservebench/all"
 package all
+
+import (
+	_ "github.com/reservebench/reservebench/advisorylock"
+)
