@@ -160,7 +160,7 @@ var (
 	_ strategy.SessionOpener = (*node)(nil)
 )
 
-func (d *deployment) Node(int) strategy.Strategy          { return &node{d: d} }
+func (d *deployment) Node(int) strategy.Strategy         { return &node{d: d} }
 func (d *deployment) Restart(context.Context, int) error { return nil }
 func (d *deployment) Close() error                       { return nil }
 
