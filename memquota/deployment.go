@@ -1,0 +1,337 @@
+package memquota
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schemaLockKey is the advisory lock that serialises schema creation: two
+// concurrent CREATE TABLE IF NOT EXISTS can otherwise both miss the table and
+// one fails on the catalog's unique index.
+const schemaLockKey = 0x6d656d71756f7461 // "memquota"
+
+// ErrNodeClosed is returned by a node, or a session of a node, that was
+// restarted or whose deployment was closed: the process it stands for is
+// gone. Ask the Deployment for the node again.
+var ErrNodeClosed = errors.New("memquota: node closed (restarted or deployment closed)")
+
+// Deployment is strategy C over one database: its nodes, each with its own
+// in-memory counters, and the durable sales log they share. All nodes live in
+// this process, so a transition on any node gives the unit back to the
+// counter of the node that sold it.
+type Deployment struct {
+	db    *pgxpool.Pool
+	opts  Options
+	skus  []string
+	known map[string]bool
+	nodes []atomic.Pointer[node]
+
+	// life orders restarts against everything that moves units between
+	// memory and the log: a reserve (decrement, then insert), a session's
+	// commit, a transition (update, then give back) hold it shared; Restart
+	// holds it exclusively while it drops a node's counters and counts the
+	// log, so no unit is in flight between the two while it counts.
+	life sync.RWMutex
+
+	// crashAfterDecrement is the fault-injection point of the tests
+	// (export_test.go): when it returns true for a request, the reserve
+	// "dies" after the in-memory decrement and before the sales-log insert,
+	// as a request killed between the two would.
+	crashAfterDecrement atomic.Pointer[func(strategy.Request) bool]
+}
+
+var (
+	_ strategy.Deployment = (*Deployment)(nil)
+	_ strategy.Ager       = (*Deployment)(nil)
+)
+
+// Open deploys strategy C over cfg.DB: it validates cfg, creates the schema
+// when missing, writes the stock and every node's share in one transaction
+// and starts the nodes with their shares. A SKU that already has stock fails
+// the whole Open with an error matching strategy.ErrStockExists, and nothing
+// is written.
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Restart != FromConfig && opts.Restart != FromLog {
+		return nil, fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, opts.Restart)
+	}
+	if err := ensureSchema(ctx, cfg.DB); err != nil {
+		return nil, err
+	}
+	n := cfg.NodeCount()
+	if err := writeStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
+		return nil, err
+	}
+	d := &Deployment{
+		db:    cfg.DB,
+		opts:  opts,
+		skus:  cfg.SKUs(),
+		known: make(map[string]bool, len(cfg.Stock)),
+		nodes: make([]atomic.Pointer[node], n),
+	}
+	for _, s := range cfg.Stock {
+		d.known[s.SKU] = true
+	}
+	for i := 0; i < n; i++ {
+		nd, err := d.start(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		d.nodes[i].Store(nd)
+	}
+	return d, nil
+}
+
+func ensureSchema(ctx context.Context, db *pgxpool.Pool) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schemaSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("memquota: create schema: %w", err)
+	}
+	return nil
+}
+
+// writeStock inserts the stock rows and the shares in one transaction. A SKU
+// that exists already rolls everything back.
+func writeStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, nodes int) error {
+	skus := make([]string, len(stock))
+	totals := make([]int32, len(stock))
+	var shareSKUs []string
+	var shareNodes, shares []int32
+	for i, s := range stock {
+		skus[i], totals[i] = s.SKU, int32(s.Total)
+		for n := 0; n < nodes; n++ {
+			shareSKUs = append(shareSKUs, s.SKU)
+			shareNodes = append(shareNodes, int32(n))
+			shares = append(shares, int32(strategy.ShareOf(s.Total, nodes, n)))
+		}
+	}
+	var existing []string
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, insertStockSQL, skus, totals, nodes)
+		if err != nil {
+			return err
+		}
+		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if len(inserted) != len(skus) {
+			got := make(map[string]bool, len(inserted))
+			for _, s := range inserted {
+				got[s] = true
+			}
+			for _, s := range skus {
+				if !got[s] {
+					existing = append(existing, s)
+				}
+			}
+			return strategy.ErrStockExists // rolls back the transaction
+		}
+		_, err = tx.Exec(ctx, insertShareSQL, shareSKUs, shareNodes, shares)
+		return err
+	})
+	switch {
+	case errors.Is(err, strategy.ErrStockExists):
+		return fmt.Errorf("memquota: %w: %q", strategy.ErrStockExists, existing)
+	case err != nil:
+		return fmt.Errorf("memquota: write stock: %w", err)
+	}
+	return nil
+}
+
+const insertStockSQL = `
+INSERT INTO memquota_stock (sku, total, nodes)
+SELECT sku, total, $3 FROM unnest($1::text[], $2::int4[]) AS s (sku, total)
+ON CONFLICT (sku) DO NOTHING
+RETURNING sku`
+
+const insertShareSQL = `
+INSERT INTO memquota_share (sku, node, share)
+SELECT * FROM unnest($1::text[], $2::int4[], $3::int4[])`
+
+// startCountsSQL reads, for one node, its configured share of every SKU and
+// the active sales it has logged.
+const startCountsSQL = `
+SELECT sh.sku, sh.share,
+       (SELECT count(*) FROM memquota_sale s
+         WHERE s.sku = sh.sku AND s.node = sh.node AND s.status IN ('HELD', 'CONFIRMED'))
+FROM memquota_share sh
+WHERE sh.node = $1 AND sh.sku = ANY($2)`
+
+// start builds node i with the counters the restart mode prescribes:
+// FromConfig, the configured share; FromLog, the share minus the node's
+// active rows in the sales log.
+func (d *Deployment) start(ctx context.Context, i int) (*node, error) {
+	rows, err := d.db.Query(ctx, startCountsSQL, i, d.skus)
+	if err != nil {
+		return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
+	}
+	defer rows.Close()
+	nd := &node{d: d, id: i, counters: make(map[string]*counter, len(d.skus)), flights: map[string]*flight{}}
+	for rows.Next() {
+		var sku string
+		var share int32
+		var active int64
+		if err := rows.Scan(&sku, &share, &active); err != nil {
+			return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
+		}
+		c := &counter{}
+		avail := int64(share)
+		if d.opts.Restart == FromLog {
+			avail = max(0, avail-active) // below 0 only after an oversell: nothing left to sell
+		}
+		c.n.Store(avail)
+		nd.counters[sku] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
+	}
+	if len(nd.counters) != len(d.skus) {
+		return nil, fmt.Errorf("memquota: start node %d: %d of %d shares configured", i, len(nd.counters), len(d.skus))
+	}
+	return nd, nil
+}
+
+// Node returns node i, or nil when i is out of range.
+func (d *Deployment) Node(i int) strategy.Strategy {
+	if i < 0 || i >= len(d.nodes) {
+		return nil
+	}
+	return d.nodes[i].Load()
+}
+
+// Restart drops node i's in-memory counters and starts it again, as a
+// process restart would, from what Options.Restart prescribes. It waits for
+// the node's requests in flight (they are short: nothing in this package
+// waits for an attempt held open), and the node's attempts held open die
+// with it: their Commit rolls back and returns ErrNodeClosed, so no attempt
+// of the old process commits after the new one has counted the log.
+func (d *Deployment) Restart(ctx context.Context, i int) error {
+	if i < 0 || i >= len(d.nodes) {
+		return fmt.Errorf("memquota: restart: no node %d", i)
+	}
+	d.life.Lock()
+	defer d.life.Unlock()
+	nd, err := d.start(ctx, i)
+	if err != nil {
+		return err
+	}
+	old := d.nodes[i].Swap(nd)
+	old.dead.Store(true)
+	return nil
+}
+
+// Close marks every node closed. It drops no data and does not close the pool.
+func (d *Deployment) Close() error {
+	for i := range d.nodes {
+		d.nodes[i].Load().dead.Store(true)
+	}
+	return nil
+}
+
+// giveBack returns one unit of sku to the counter of node owner, the node
+// that sold it.
+func (d *Deployment) giveBack(owner int, sku string) {
+	if owner < 0 || owner >= len(d.nodes) {
+		return // not a node of this deployment: cannot happen for its SKUs
+	}
+	if c := d.nodes[owner].Load().counters[sku]; c != nil {
+		c.put()
+	}
+}
+
+const auditSQL = `
+SELECT st.sku, st.total, sh.node, sh.share,
+       count(s.request_key) FILTER (WHERE s.status IN ('HELD', 'CONFIRMED')),
+       count(s.request_key)
+FROM memquota_stock st
+JOIN memquota_share sh ON sh.sku = st.sku
+LEFT JOIN memquota_sale s ON s.sku = sh.sku AND s.node = sh.node
+WHERE st.sku = ANY($1)
+GROUP BY st.sku, st.total, sh.node, sh.share
+ORDER BY st.sku, sh.node`
+
+// Audit reports, per SKU of the deployment, the stock against the sales log:
+// Total from the stock row, Available as the sum of the live nodes' counters,
+// Active as the HELD and CONFIRMED rows of the log, and the same per node.
+// The log is the truth: a negative drift (Available + Active > Total) is a
+// unit counted twice, i.e. an oversell waiting to happen or done (a node
+// restarted from its configured share); a positive drift is a unit lost from
+// memory without a log row (a request that died between the decrement and
+// the insert).
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := d.db.Query(ctx, auditSQL, d.skus)
+	if err != nil {
+		return nil, fmt.Errorf("memquota: audit: %w", err)
+	}
+	defer rows.Close()
+	bySKU := make(map[string]*strategy.StockAudit, len(d.skus))
+	for rows.Next() {
+		var sku string
+		var total, nodeID, share int32
+		var active, sold int64
+		if err := rows.Scan(&sku, &total, &nodeID, &share, &active, &sold); err != nil {
+			return nil, fmt.Errorf("memquota: audit: %w", err)
+		}
+		a := bySKU[sku]
+		if a == nil {
+			a = &strategy.StockAudit{SKU: sku, Total: int(total)}
+			bySKU[sku] = a
+		}
+		na := strategy.NodeAudit{Node: int(nodeID), Share: int(share), Active: int(active), Sold: int(sold)}
+		if int(nodeID) < len(d.nodes) {
+			if c := d.nodes[nodeID].Load().counters[sku]; c != nil {
+				na.Available = int(c.n.Load())
+			}
+		}
+		a.Available += na.Available
+		a.Active += na.Active
+		a.Nodes = append(a.Nodes, na)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("memquota: audit: %w", err)
+	}
+	out := make([]strategy.StockAudit, 0, len(d.skus))
+	for _, sku := range d.skus {
+		a := bySKU[sku]
+		if a == nil {
+			return nil, fmt.Errorf("memquota: audit: no stock row for sku %q", sku)
+		}
+		out = append(out, *a)
+	}
+	return out, nil
+}
+
+const makeDueSQL = `
+UPDATE memquota_sale SET expires_at = now() - interval '1 second', updated_at = now()
+WHERE request_key = ANY($1) AND status = 'HELD' AND sku = ANY($2)`
+
+// MakeDue moves expires_at of the deployment's HELD reservations with these
+// keys into the past and returns how many it moved.
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := d.db.Exec(ctx, makeDueSQL, keys, d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("memquota: make due: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

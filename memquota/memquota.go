@@ -1,0 +1,144 @@
+// Package memquota is strategy C of table 28-1: every node holds a share of
+// the stock in memory, takes a unit from its own counter first and only then
+// writes one row to a sales log in PostgreSQL. It is registered twice, with
+// the two ways a node can start again:
+//
+//	memquota          restart from config: the node's counter is its configured share again
+//	memquota-recover  restart from the log: the configured share minus the node's active sales
+//
+// # Where the guarantee comes from
+//
+// The shares of a SKU sum to its stock (strategy.ShareOf, written once to
+// memquota_share), and a node never hands out more than its counter holds:
+// the counter is decremented with a lock-free compare-and-swap that never
+// goes below zero, before anything is written. So no more units are sold than
+// the stock, as long as no counter is ever lost or counted twice. The
+// database does not check the stock at all; it only keeps the log, whose
+// unique indexes give request-key idempotency (REPLAY, KEY_REUSED) and one
+// active reservation per user and SKU (USER_LIMIT). A refused insert gives
+// its unit back to the counter; a transition out of HELD (release, expiry)
+// gives the unit back to the counter of the node that sold it, once per row
+// the statement moved (RETURNING). Nothing waits on a lock in PostgreSQL
+// except two plain requests inserting the same key or user at the same
+// instant, for the length of one statement; see insertSQLFormat.
+//
+// Requests for a key already in the log are answered REPLAY, also when the
+// node has no unit left: before SOLD_OUT the node looks the key up. Identical
+// requests arriving on one node at once are coalesced in the node
+// (TestDuplicateKeyStorm), since otherwise they would drain the node's
+// counter before the log could tell them they are one request.
+//
+// # How it fails (each failure is shown by a test)
+//
+// Restart oversell (seed C28-15, TestRestartOversell). A node restarted from
+// its configured share sells it again: 40 units over 2 nodes, node 0 sells
+// its 20, restarts, sells 20 more; the log has 60 active sales for 40 units,
+// and only the audit (Deployment.Audit: Active 60 > Total 40, drift -20)
+// notices, after the fact; no constraint refuses the 41st row. Restarting
+// from the log (memquota-recover) sells no more than 40.
+//
+// Lost units (the crash the seed did not test,
+// TestCrashBetweenDecrementAndLog). A request that dies after the decrement
+// and before its log row takes the unit with it: the counter is down, no row
+// holds it, the audit shows a positive drift, and the node tells SOLD_OUT
+// while the stock is not sold (undersell). A FromLog restart recounts the
+// log and restores exactly the lost units; a FromConfig restart restores the
+// full share, counting every sold unit twice. A transition that commits
+// and dies before giving its unit back loses it the same way.
+//
+// Stranded shares and phantom sold-out (TestStrandedShare,
+// TestSessionPhantomSoldOut). A node whose share is gone answers SOLD_OUT
+// while another node still has units; an attempt held open has taken its
+// unit from memory, so a third request is told SOLD_OUT at once, without
+// waiting, and if the attempt rolls back that unit was free after all. The
+// strategy therefore does not claim NoPhantomSoldOut; it claims NoWait.
+//
+// # When C is acceptable
+//
+// Only where oversell is repaired after the fact, by a reconciliation that
+// runs the audit (sales log against stock, per node and in total) and acts on
+// its drift, and where every node, on every start, recovers its remaining
+// share from the durable log (memquota-recover) instead of its configuration.
+// Even then, units lost between a decrement and a log row stay lost until
+// the next recovery, and a SOLD_OUT answer may be wrong while another node
+// holds units. What it buys is that a SOLD_OUT costs one index lookup and
+// no row lock, and the stock is never a hot row.
+//
+// All nodes of a Deployment live in one process, so a transition on any node
+// can give the unit straight back to its owner's counter; separate processes
+// would need to send it there.
+package memquota
+
+import (
+	"context"
+	"errors"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// RestartMode says what a node's counters start from when it (re)starts.
+type RestartMode int
+
+const (
+	// FromConfig starts a node with its configured share, whatever it sold
+	// before: the seed's restart oversell.
+	FromConfig RestartMode = iota
+	// FromLog starts a node with its configured share minus the HELD and
+	// CONFIRMED rows it has in the sales log.
+	FromLog
+)
+
+// Options configure strategy C.
+type Options struct {
+	Restart RestartMode
+}
+
+// errCrashed is what a reserve returns when the fault-injection hook made it
+// "die" between the decrement and the insert. To the caller it is an unknown
+// outcome, like any error.
+var errCrashed = errors.New("memquota: request died between the in-memory decrement and the sales-log insert (fault injection)")
+
+const (
+	// Shared by both registrations: everything but recovery.
+	baseClaims = strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce | strategy.NoWait
+
+	// ConfigClaims are the claims of memquota (FromConfig). It claims neither
+	// NoOversell nor Conserves: a restart from the configured share sells
+	// units twice and breaks conservation, which is exactly what the restart
+	// scenario is there to show; the conformance kit judges that oversell
+	// against NoOversell and Conserves, not only against SurvivesRestart.
+	ConfigClaims = baseClaims
+	// LogClaims are the claims of memquota-recover (FromLog).
+	LogClaims = baseClaims | strategy.NoOversell | strategy.Conserves | strategy.SurvivesRestart
+)
+
+// New returns the strategy.Meta of strategy C with these options: named
+// "memquota" for FromConfig and "memquota-recover" for FromLog, as
+// registered by this package.
+func New(opts Options) strategy.Meta {
+	m := strategy.Meta{
+		Name:        "memquota",
+		Description: "per-node share counted in memory, decremented first, then a sales-log row; restart from config",
+		Correctness: "node shares sum to the stock and the in-memory counters are never lost",
+		Claims:      ConfigClaims,
+	}
+	if opts.Restart == FromLog {
+		m.Name = "memquota-recover"
+		m.Description = "per-node share counted in memory, decremented first, then a sales-log row; restart from the log"
+		m.Correctness = "node shares sum to the stock and a restarted node's counter is recomputed from the sales log on start"
+		m.Claims = LogClaims
+	}
+	m.Open = func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+		d, err := Open(ctx, cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	return m
+}
+
+func init() {
+	strategy.Register(New(Options{Restart: FromConfig}))
+	strategy.Register(New(Options{Restart: FromLog}))
+}

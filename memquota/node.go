@@ -1,0 +1,367 @@
+package memquota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// ErrInFlight is returned by Reserve when another attempt with the same key
+// holds its transaction open (a Session that has reserved and not yet ended).
+// Rather than wait for that attempt, the node answers at once that the
+// outcome of this key is not known yet: it becomes whatever the open attempt
+// commits. Send the request again, or Lookup the key, after it ends.
+var ErrInFlight = errors.New("memquota: another attempt with this key is held open")
+
+// counter is one node's in-memory count of the units of one SKU it may still
+// hand out. It is lock-free: a CAS loop that never goes below zero.
+type counter struct{ n atomic.Int64 }
+
+// take removes one unit and reports whether there was one.
+func (c *counter) take() bool {
+	for {
+		v := c.n.Load()
+		if v <= 0 {
+			return false
+		}
+		if c.n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+// put gives one unit back.
+func (c *counter) put() { c.n.Add(1) }
+
+// node is one node of a Deployment: a process with its own counters.
+type node struct {
+	d        *Deployment
+	id       int
+	counters map[string]*counter // one per SKU; the map is never written after start
+	dead     atomic.Bool         // restarted or closed
+
+	fmu     sync.Mutex
+	flights map[string]*flight // requests in flight on this node, by key, user and sku
+}
+
+// flight is one request in flight on a node; identical requests that arrive
+// meanwhile wait for its answer instead of taking units of their own.
+type flight struct {
+	done chan struct{}
+	res  strategy.Result
+	err  error
+}
+
+var (
+	_ strategy.Strategy      = (*node)(nil)
+	_ strategy.Confirmer     = (*node)(nil)
+	_ strategy.Releaser      = (*node)(nil)
+	_ strategy.Expirer       = (*node)(nil)
+	_ strategy.SessionOpener = (*node)(nil)
+)
+
+// querier is what the reserve path needs: the pool for a plain request, the
+// session's transaction for an attempt held open.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// check validates a request: its fields, then whether the deployment sells
+// the SKU. Both are BAD_REQUEST with nothing written.
+func (n *node) check(req strategy.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !n.d.known[req.SKU] {
+		return strategy.UnknownSKU(req.SKU)
+	}
+	return nil
+}
+
+// Reserve asks this node for one unit: the counter first, then the log.
+//
+// Concurrent identical requests (same key, user and sku) on this node are
+// coalesced: one of them runs, the others wait for its answer and turn a
+// HELD into a REPLAY of the same reservation. Without it, 16 copies of one
+// request on a node with 5 units would take all 5 and answer SOLD_OUT to the
+// rest although their key is held. Copies on other nodes meet in the log's
+// unique index instead.
+func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := n.check(req); err != nil {
+		return strategy.BadRequest(err)
+	}
+	id := req.Key + "\x1f" + req.User + "\x1f" + req.SKU // Validate rejects control characters
+	for {
+		n.fmu.Lock()
+		if f, ok := n.flights[id]; ok {
+			n.fmu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return strategy.Result{}, ctx.Err()
+			}
+			if f.err != nil {
+				continue // the leader's outcome is unknown: run (or join) another attempt
+			}
+			res := f.res
+			if res.Outcome == strategy.OutcomeHeld {
+				res.Outcome = strategy.OutcomeReplay
+			}
+			return res, nil
+		}
+		f := &flight{done: make(chan struct{})}
+		n.flights[id] = f
+		n.fmu.Unlock()
+
+		f.res, f.err = n.reservePlain(ctx, req)
+
+		n.fmu.Lock()
+		delete(n.flights, id)
+		n.fmu.Unlock()
+		close(f.done)
+		return f.res, f.err
+	}
+}
+
+func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	n.d.life.RLock()
+	defer n.d.life.RUnlock()
+	if n.dead.Load() {
+		return strategy.Result{}, ErrNodeClosed
+	}
+	return n.reserve(ctx, n.d.db, req, false)
+}
+
+// insertSQL writes the sales-log row. Before the insert it takes two
+// advisory locks without waiting, one for the key and one for the user and
+// sku: a plain request takes them shared (plain requests never exclude each
+// other), an attempt held open takes them exclusively and keeps them until
+// it ends. So an open attempt and anyone else with its key or its user never
+// wait for each other: whoever comes second learns at once that the other
+// is in flight. busy says which lock was taken ("key", "user" or "").
+//
+// ON CONFLICT DO NOTHING without a target covers both unique indexes (the
+// key and one active reservation per user and sku); which one refused the
+// row is then read from the log. PostgreSQL waits for a conflicting insert
+// still in flight before deciding, so a refused insert always finds a
+// committed row.
+const insertSQLFormat = `
+WITH lk AS MATERIALIZED (
+    SELECT CASE WHEN NOT %[1]s($6) THEN 'key'
+                WHEN NOT %[1]s($7) THEN 'user'
+                ELSE '' END AS busy
+), ins AS (
+    INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at)
+    SELECT $1, $2, $3, $4, 'HELD', now() + $5::bigint * interval '1 microsecond'
+    FROM lk WHERE lk.busy = ''
+    ON CONFLICT DO NOTHING
+    RETURNING expires_at
+)
+SELECT lk.busy, ins.expires_at FROM lk LEFT JOIN ins ON true`
+
+var (
+	insertShared    = fmt.Sprintf(insertSQLFormat, "pg_try_advisory_xact_lock_shared")
+	insertExclusive = fmt.Sprintf(insertSQLFormat, "pg_try_advisory_xact_lock")
+)
+
+// reserve is the one reserve path, for plain requests (q is the pool) and
+// attempts held open (q is the session's transaction). The caller holds
+// d.life shared.
+//
+//  1. Take a unit from the node's counter. None left: answer from the log
+//     (REPLAY or KEY_REUSED when the key is known, else SOLD_OUT); nothing
+//     is written.
+//  2. Insert the sales-log row. Refused: the unit goes back to the counter
+//     and the log says why (REPLAY, KEY_REUSED, else USER_LIMIT).
+//  3. Failed: a failure that surely wrote nothing gives the unit back; one
+//     whose fate is unknown (the connection broke after the statement was
+//     sent) keeps it, because a unit lost is visible in the audit and
+//     restored by a FromLog restart, while a unit counted twice is sold twice.
+func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
+	c := n.counters[req.SKU]
+	if !c.take() {
+		return n.answerFromLog(ctx, q, req, strategy.OutcomeSoldOut)
+	}
+	if hook := n.d.crashAfterDecrement.Load(); hook != nil && (*hook)(req) {
+		return strategy.Result{}, errCrashed
+	}
+	stmt := insertShared
+	if held {
+		stmt = insertExclusive
+	}
+	var busy string
+	var expires *time.Time
+	err := q.QueryRow(ctx, stmt, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(),
+		lockID("key", req.Key), lockID("user", req.SKU+"\x1f"+req.User)).Scan(&busy, &expires)
+	switch {
+	case err != nil:
+		if held || wroteNothing(err) {
+			c.put()
+		}
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: insert sale: %w", n.id, err)
+	case busy == "key":
+		c.put()
+		return strategy.Result{}, ErrInFlight
+	case busy == "user":
+		c.put()
+		return n.answerFromLog(ctx, q, req, strategy.OutcomeUserLimit)
+	case expires == nil:
+		c.put()
+		return n.answerFromLog(ctx, q, req, strategy.OutcomeUserLimit)
+	}
+	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: strategy.Reservation{
+		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: *expires,
+	}}, nil
+}
+
+// answerFromLog answers a request that gets no unit: REPLAY when its key is
+// in the log with the same user and sku, KEY_REUSED when with others, and
+// otherwise the given outcome. Looking the key up first is what keeps a
+// repeated key from being told SOLD_OUT or USER_LIMIT.
+func (n *node) answerFromLog(ctx context.Context, q querier, req strategy.Request, otherwise strategy.Outcome) (strategy.Result, error) {
+	r, err := lookup(ctx, q, req.Key)
+	switch {
+	case err != nil:
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+	case r.Status == strategy.StatusNotFound:
+		return strategy.Result{Outcome: otherwise}, nil
+	case r.User == req.User && r.SKU == req.SKU:
+		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}, nil
+	default:
+		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}, nil
+	}
+}
+
+// wroteNothing reports whether a failed autocommit statement certainly left
+// no row: the server refused it (it was rolled back), or it never left the
+// client.
+func wroteNothing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+}
+
+// lockID maps a key, or a sku and user, to a 64-bit advisory lock id.
+func lockID(kind, s string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("memquota\x1f" + kind + "\x1f" + s))
+	return int64(h.Sum64())
+}
+
+const lookupSQL = `SELECT user_id, sku, status, expires_at FROM memquota_sale WHERE request_key = $1`
+
+func lookup(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
+	r := strategy.Reservation{Key: key}
+	var status string
+	err := q.QueryRow(ctx, lookupSQL, key).Scan(&r.User, &r.SKU, &status, &r.ExpiresAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	case err != nil:
+		return strategy.Reservation{}, fmt.Errorf("lookup %q: %w", key, err)
+	}
+	r.Status = strategy.Status(status)
+	return r, nil
+}
+
+// Lookup returns the reservation with this key from the sales log.
+func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	r, err := lookup(ctx, n.d.db, key)
+	if err != nil {
+		return r, fmt.Errorf("memquota: %w", err)
+	}
+	return r, nil
+}
+
+const (
+	confirmSQL = `
+UPDATE memquota_sale SET status = 'CONFIRMED', updated_at = now()
+WHERE request_key = $1 AND status = 'HELD' AND sku = ANY($2)`
+	confirmBeforeExpirySQL = confirmSQL + ` AND expires_at >= now()`
+
+	releaseSQL = `
+UPDATE memquota_sale SET status = 'RELEASED', updated_at = now()
+WHERE request_key = $1 AND status = 'HELD' AND sku = ANY($2)
+RETURNING node, sku`
+
+	expireSQL = `
+UPDATE memquota_sale SET status = 'EXPIRED', updated_at = now()
+WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
+RETURNING node, sku`
+)
+
+// Confirm moves a HELD reservation of the deployment to CONFIRMED. The unit
+// stays sold, so no counter changes.
+func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
+	if n.dead.Load() {
+		return false, ErrNodeClosed
+	}
+	stmt := confirmBeforeExpirySQL
+	if mode == strategy.ConfirmUntilExpired {
+		stmt = confirmSQL
+	}
+	tag, err := n.d.db.Exec(ctx, stmt, key, n.d.skus)
+	if err != nil {
+		return false, fmt.Errorf("memquota: confirm %q: %w", key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release moves a HELD reservation to RELEASED and gives its unit back to
+// the node that sold it.
+func (n *node) Release(ctx context.Context, key string) (int, error) {
+	units, err := n.transition(ctx, releaseSQL, key, n.d.skus)
+	if err != nil {
+		return units, fmt.Errorf("memquota: release %q: %w", key, err)
+	}
+	return units, nil
+}
+
+// ExpireDue moves every due HELD reservation of the deployment to EXPIRED in
+// one statement and gives a unit back to the owning node for each row that
+// statement moved, as its RETURNING clause lists them.
+func (n *node) ExpireDue(ctx context.Context) (int, error) {
+	units, err := n.transition(ctx, expireSQL, n.d.skus)
+	if err != nil {
+		return units, fmt.Errorf("memquota: expire: %w", err)
+	}
+	return units, nil
+}
+
+// transition runs a statement that moves rows out of HELD and returns their
+// (node, sku), and gives one unit back per returned row. Between the commit
+// and the give-back the unit is in neither place: a process dying there loses
+// it (undersell) until a FromLog restart counts the log again.
+func (n *node) transition(ctx context.Context, stmt string, args ...any) (int, error) {
+	n.d.life.RLock()
+	defer n.d.life.RUnlock()
+	if n.dead.Load() {
+		return 0, ErrNodeClosed
+	}
+	rows, err := n.d.db.Query(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	type owned struct {
+		Node int32
+		SKU  string
+	}
+	moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[owned])
+	if err != nil {
+		// The statement may have committed: the units stay out of memory
+		// (lost, not doubled) and the caller learns nothing was counted.
+		return 0, err
+	}
+	for _, m := range moved {
+		n.d.giveBack(int(m.Node), m.SKU)
+	}
+	return len(moved), nil
+}

@@ -1,0 +1,140 @@
+package memquota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+var errSessionEnded = errors.New("memquota: session already ended")
+
+// session is an attempt held open on one node: a dedicated connection with
+// an open transaction. Its Reserve takes the unit from the node's counter at
+// once and inserts the sales-log row inside the transaction; Commit makes
+// the row durable and keeps the unit sold, Rollback undoes the row and gives
+// the unit back to the counter.
+//
+// While the attempt is open, the unit is gone from memory but no row says
+// who has it. A third request on the same node that needs that unit is told
+// SOLD_OUT at once, without waiting: a phantom sold-out if the attempt then
+// rolls back (seed C28-14; TestSessionPhantomSoldOut). A request with the
+// attempt's key gets ErrInFlight, one from the attempt's user for the same
+// SKU gets USER_LIMIT, both at once: the attempt holds advisory locks on its
+// key and on its user and SKU, which others try without waiting.
+type session struct {
+	n    *node
+	conn *pgxpool.Conn
+	tx   pgx.Tx
+	pid  uint32
+
+	mu    sync.Mutex
+	taken []string // SKUs of the units this attempt took from n's counters
+	ended bool
+}
+
+var _ strategy.Session = (*session)(nil)
+
+// OpenSession starts an attempt held open on a dedicated connection from the
+// deployment's pool.
+func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
+	if n.dead.Load() {
+		return nil, ErrNodeClosed
+	}
+	conn, err := n.d.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("memquota: open session: %w", err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("memquota: open session: %w", err)
+	}
+	return &session{n: n, conn: conn, tx: tx, pid: conn.Conn().PgConn().PID()}, nil
+}
+
+// Backends is the backend of the session's connection.
+func (s *session) Backends() []uint32 { return []uint32{s.pid} }
+
+// Reserve runs the node's reserve path inside the session's transaction.
+func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := s.n.check(req); err != nil {
+		return strategy.BadRequest(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return strategy.Result{}, errSessionEnded
+	}
+	s.n.d.life.RLock()
+	defer s.n.d.life.RUnlock()
+	if s.n.dead.Load() {
+		return strategy.Result{}, ErrNodeClosed
+	}
+	res, err := s.n.reserve(ctx, s.tx, req, true)
+	if err == nil && res.Outcome == strategy.OutcomeHeld {
+		s.taken = append(s.taken, req.SKU)
+	}
+	return res, err
+}
+
+// Commit commits the attempt; its units stay sold. If the node was restarted
+// meanwhile, the attempt died with the old process: it is rolled back and
+// Commit returns ErrNodeClosed. A commit the server turned into a rollback
+// gives the units back; a commit whose fate is unknown keeps them out of
+// memory (lost, never doubled).
+func (s *session) Commit(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return errSessionEnded
+	}
+	s.ended = true
+	defer s.conn.Release()
+	s.n.d.life.RLock()
+	defer s.n.d.life.RUnlock()
+	if s.n.dead.Load() {
+		_ = s.tx.Rollback(ctx)
+		return ErrNodeClosed
+	}
+	err := s.tx.Commit(ctx)
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		s.giveBack()
+	}
+	if err != nil {
+		return fmt.Errorf("memquota: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback undoes the attempt and gives its units back to the node's
+// counters. After Commit or Rollback it does nothing and returns nil.
+func (s *session) Rollback(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil
+	}
+	s.ended = true
+	defer s.conn.Release()
+	err := s.tx.Rollback(ctx)
+	// Whatever the rollback returned, the transaction did not commit. If the
+	// node was restarted meanwhile these counters are the dead process's.
+	s.giveBack()
+	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("memquota: rollback: %w", err)
+	}
+	return nil
+}
+
+func (s *session) giveBack() {
+	for _, sku := range s.taken {
+		s.n.counters[sku].put()
+	}
+	s.taken = nil
+}
