@@ -51,7 +51,7 @@ func TestExpiryReplay(t *testing.T) {
 	dep, sku := open(t, db, hotrow.Options{}, 2, 40)
 	keys := holdN(t, dep, sku, 20)
 	expire := func(i int) int {
-		units, err := dep.Node(i%2).(strategy.Expirer).ExpireDue(ctx)
+		units, err := dep.Node(i % 2).(strategy.Expirer).ExpireDue(ctx)
 		assert.NoError(t, err) // also runs in goroutines: no FailNow
 		return units
 	}
@@ -122,7 +122,7 @@ func TestConfirmVsExpire(t *testing.T) {
 				}
 				return
 			}
-			units, err := dep.Node(i%2).(strategy.Expirer).ExpireDue(ctx)
+			units, err := dep.Node(i % 2).(strategy.Expirer).ExpireDue(ctx)
 			assert.NoError(t, err)
 			expiredUnits.Add(int64(units))
 		})
