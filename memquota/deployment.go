@@ -50,6 +50,9 @@ type Deployment struct {
 	// "dies" after the in-memory decrement and before the sales-log insert,
 	// as a request killed between the two would.
 	crashAfterDecrement atomic.Pointer[func(strategy.Request) bool]
+	// crashBeforeGiveBack is the second one: a transition (release, expiry)
+	// "dies" after its statement committed and before it gave the units back.
+	crashBeforeGiveBack atomic.Bool
 }
 
 var (

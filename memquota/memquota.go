@@ -93,10 +93,10 @@ type Options struct {
 	Restart RestartMode
 }
 
-// errCrashed is what a reserve returns when the fault-injection hook made it
-// "die" between the decrement and the insert. To the caller it is an unknown
-// outcome, like any error.
-var errCrashed = errors.New("memquota: request died between the in-memory decrement and the sales-log insert (fault injection)")
+// errCrashed is what a reserve or a transition returns when a fault-injection
+// hook made it "die" between memory and the database. To the caller it is an
+// unknown outcome, like any error.
+var errCrashed = errors.New("memquota: died between the database and memory (fault injection)")
 
 const (
 	// Shared by both registrations: everything but recovery.

@@ -360,6 +360,9 @@ func (n *node) transition(ctx context.Context, stmt string, args ...any) (int, e
 		// (lost, not doubled) and the caller learns nothing was counted.
 		return 0, err
 	}
+	if n.d.crashBeforeGiveBack.Load() {
+		return 0, errCrashed
+	}
 	for _, m := range moved {
 		n.d.giveBack(int(m.Node), m.SKU)
 	}
