@@ -1,0 +1,7 @@
+package slotrows
+
+// The SQL the plan tests explain.
+const (
+	SQLClaimSlot         = sqlClaimSlot
+	SQLInsertReservation = sqlInsertReservation
+)
