@@ -178,8 +178,8 @@ var (
 // d.life shared.
 //
 //  1. Take a unit from the node's counter. None left: answer from the log
-//     (REPLAY or KEY_REUSED when the key is known, else SOLD_OUT); nothing
-//     is written.
+//     (REPLAY or KEY_REUSED when the key is known, ErrInFlight when an
+//     attempt held open has it, else SOLD_OUT); nothing is written.
 //  2. Insert the sales-log row. Refused: the unit goes back to the counter
 //     and the log says why (REPLAY, KEY_REUSED, else USER_LIMIT).
 //  3. Failed: a failure that surely wrote nothing gives the unit back; one
@@ -224,22 +224,39 @@ func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, hel
 }
 
 // answerFromLog answers a request that gets no unit: REPLAY when its key is
-// in the log with the same user and sku, KEY_REUSED when with others, and
-// otherwise the given outcome. Looking the key up first is what keeps a
-// repeated key from being told SOLD_OUT or USER_LIMIT.
+// in the log with the same user and sku, KEY_REUSED when with others;
+// ErrInFlight when the key is in no row but an attempt held open has it
+// (its outcome decides the key's); and otherwise the given outcome. Looking
+// the key up first is what keeps a repeated key from being told SOLD_OUT or
+// USER_LIMIT.
 func (n *node) answerFromLog(ctx context.Context, q querier, req strategy.Request, otherwise strategy.Outcome) (strategy.Result, error) {
-	r, err := lookup(ctx, q, req.Key)
+	var free bool
+	var user, sku, status *string
+	var expires *time.Time
+	err := q.QueryRow(ctx, answerSQL, req.Key, lockID("key", req.Key)).Scan(&free, &user, &sku, &status, &expires)
 	switch {
 	case err != nil:
-		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
-	case r.Status == strategy.StatusNotFound:
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: lookup %q: %w", n.id, req.Key, err)
+	case status == nil && !free:
+		return strategy.Result{}, ErrInFlight
+	case status == nil:
 		return strategy.Result{Outcome: otherwise}, nil
-	case r.User == req.User && r.SKU == req.SKU:
-		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}, nil
-	default:
-		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}, nil
 	}
+	r := strategy.Reservation{Key: req.Key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}
+	if r.User == req.User && r.SKU == req.SKU {
+		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}, nil
+	}
+	return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}, nil
 }
+
+// answerSQL looks a key up and tells whether an attempt held open has it: it
+// tries the key's advisory lock shared (see insertSQLFormat), which fails
+// only against an attempt held open. A plain request lets the lock go when
+// its statement ends; an attempt held open keeps it until it ends, so until
+// then another attempt held open with the same key is told ErrInFlight.
+const answerSQL = `
+SELECT pg_try_advisory_xact_lock_shared($2), s.user_id, s.sku, s.status, s.expires_at
+FROM (SELECT 1) AS one LEFT JOIN memquota_sale s ON s.request_key = $1`
 
 // wroteNothing reports whether a failed autocommit statement certainly left
 // no row: the server refused it (it was rolled back), or it never left the

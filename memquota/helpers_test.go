@@ -1,0 +1,121 @@
+package memquota_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/memquota"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+var skuSeq atomic.Int64
+
+// newSKU names a SKU no other test uses.
+func newSKU(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1e9, skuSeq.Add(1))
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// deploy opens strategy C over db with one SKU of total units on nodes nodes.
+func deploy(t *testing.T, db *pgxpool.Pool, mode memquota.RestartMode, nodes, total int) (*memquota.Deployment, string) {
+	t.Helper()
+	sku := newSKU("sku")
+	dep, err := memquota.Open(testCtx(t), strategy.Config{DB: db, Nodes: nodes, Stock: []strategy.Stock{{SKU: sku, Total: total}}}, memquota.Options{Restart: mode})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dep.Close() })
+	return dep, sku
+}
+
+// call is one request sent to one node.
+type call struct {
+	node int
+	req  strategy.Request
+}
+
+type answer struct {
+	res strategy.Result
+	err error
+}
+
+// sendAll sends every call at once (all goroutines released together) and
+// returns the answers in the order of calls.
+func sendAll(ctx context.Context, dep strategy.Deployment, calls []call) []answer {
+	out := make([]answer, len(calls))
+	var ready, done sync.WaitGroup
+	start := make(chan struct{})
+	ready.Add(len(calls))
+	done.Add(len(calls))
+	for i, c := range calls {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-start
+			res, err := dep.Node(c.node).Reserve(ctx, c.req)
+			out[i] = answer{res, err}
+		}()
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+	return out
+}
+
+// outcomes counts the answers by outcome; errors count as "error".
+func outcomes(as []answer) map[string]int {
+	m := map[string]int{}
+	for _, a := range as {
+		if a.err != nil {
+			m["error"]++
+			continue
+		}
+		m[string(a.res.Outcome)]++
+	}
+	return m
+}
+
+// distinct builds n requests with their own keys and users, all for node.
+func distinct(prefix, sku string, node, n int) []call {
+	calls := make([]call, n)
+	for i := range calls {
+		calls[i] = call{node: node, req: strategy.Request{
+			Key: fmt.Sprintf("%s-key-%05d-%s", prefix, i, sku), User: fmt.Sprintf("%s-user-%05d", prefix, i), SKU: sku, TTL: strategy.TTLForever,
+		}}
+	}
+	return calls
+}
+
+// roundRobin spreads calls over nodes nodes.
+func roundRobin(calls []call, nodes int) []call {
+	for i := range calls {
+		calls[i].node = i % nodes
+	}
+	return calls
+}
+
+// audit returns the audit of the deployment's only SKU.
+func audit(t *testing.T, dep strategy.Deployment) strategy.StockAudit {
+	t.Helper()
+	list, err := dep.Audit(testCtx(t))
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	return list[0]
+}
+
+func freshDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.DB(t)
+}
