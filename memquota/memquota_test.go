@@ -305,7 +305,7 @@ func TestExpiryReplay(t *testing.T) {
 		units := make(chan int, 4)
 		for w := 0; w < 4; w++ {
 			go func() {
-				u, err := dep.Node(w%2).(strategy.Expirer).ExpireDue(ctx)
+				u, err := dep.Node(w % 2).(strategy.Expirer).ExpireDue(ctx)
 				if err != nil {
 					u = -1000
 				}
