@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/reservebench/reservebench/hotrow"
@@ -102,4 +104,99 @@ func TestKeyReused(t *testing.T) {
 	require.Equal(t, strategy.OutcomeReplay, replay.Outcome)
 	require.Equal(t, strategy.StatusReleased, replay.Reservation.Status)
 	require.Equal(t, first.Reservation.ExpiresAt, replay.Reservation.ExpiresAt)
+}
+
+// gateSQL rebuilds the reservation indexes of a test database so that the
+// seed's intermittent race can be stepped through: a partial index whose
+// predicate waits on advisory lock 4242 for rows expiring more than 90
+// minutes ahead, placed (by OID, the order PostgreSQL inserts index entries
+// in) before request_key and reservation_one_active. A request with a 2h TTL
+// then stops after passing the ON CONFLICT pre-check and before entering its
+// key in either unique index, for as long as the test holds the lock.
+const gateSQL = `
+CREATE FUNCTION hotrow_test_gate(ts timestamptz) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF ts > now() + interval '90 minutes' THEN
+        PERFORM pg_advisory_xact_lock_shared(4242);
+    END IF;
+    RETURN true;
+END $$;
+ALTER TABLE reservation DROP CONSTRAINT reservation_request_key;
+DROP INDEX reservation_one_active;
+CREATE INDEX reservation_gate ON reservation (reservation_id) WHERE hotrow_test_gate(expires_at);
+ALTER TABLE reservation ADD CONSTRAINT reservation_request_key UNIQUE (request_key);
+CREATE UNIQUE INDEX reservation_one_active ON reservation (sku, user_id) WHERE status IN ('HELD', 'CONFIRMED');
+`
+
+// TestSameKeyReachesUserIndexFirst makes the seed's intermittent C28-04 bug
+// deterministic. Two requests with one key and one user: the second passes
+// the ON CONFLICT pre-check while the first has not entered its key yet, is
+// held at the gate (seen waiting in pg_blocking_pids), the first commits,
+// and the second then enters request_key (a conflict the arbiter only
+// notes) and reservation_one_active, where it fails with 23505.
+//
+// Part one shows that with plain SQL: the insert fails on
+// reservation_one_active although its key is the committed one. Part two
+// sends the same interleaving through Reserve, which looks the key up before
+// answering USER_LIMIT: REPLAY of the first reservation, stock down by one.
+func TestSameKeyReachesUserIndexFirst(t *testing.T) {
+	db, admin := pgtest.Pools(t)
+	ctx := context.Background()
+	dep, sku := open(t, db, hotrow.Options{}, 2, 5)
+	_, err := admin.Exec(ctx, gateSQL)
+	require.NoError(t, err)
+
+	gate, err := admin.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	gatePID := gate.Conn().PgConn().PID()
+	lockGate := func() {
+		_, err := gate.Exec(ctx, `SELECT pg_advisory_lock(4242)`)
+		require.NoError(t, err)
+	}
+	openGate := func() {
+		_, err := gate.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
+		require.NoError(t, err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+
+	// Part one: the mechanism, in plain SQL.
+	lockGate()
+	raw := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(ctx, `
+INSERT INTO reservation (request_key, user_id, sku, status, expires_at)
+VALUES ('req-raw', 'user-raw', $1, 'HELD', now() + interval '2 hours')
+ON CONFLICT (request_key) DO NOTHING`, sku)
+		raw <- err
+	}()
+	waiterOn(t, admin, gatePID, nil)
+	first, err := dep.Node(0).Reserve(quick, strategy.Request{Key: "req-raw", User: "user-raw", SKU: sku, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, strategy.OutcomeHeld, first.Outcome)
+	openGate()
+	err = <-raw
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the same-key insert must fail, not DO NOTHING")
+	require.Equal(t, "23505", pgErr.Code)
+	require.Equal(t, "reservation_one_active", pgErr.ConstraintName)
+
+	// Part two: the same interleaving through Reserve.
+	lockGate()
+	second := goReserve(ctx, dep.Node(1), strategy.Request{Key: "req-dup", User: "user-dup", SKU: sku, TTL: 2 * time.Hour})
+	waiterOn(t, admin, gatePID, second.done)
+	first, err = dep.Node(0).Reserve(quick, strategy.Request{Key: "req-dup", User: "user-dup", SKU: sku, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, strategy.OutcomeHeld, first.Outcome)
+	openGate()
+	res, err := second.wait()
+	require.NoError(t, err)
+	require.Equal(t, strategy.OutcomeReplay, res.Outcome, "a same-key request that hit the per-user index is a replay, not USER_LIMIT")
+	require.Equal(t, first.Reservation, res.Reservation)
+
+	a := audit(t, dep)
+	require.Equal(t, 2, a.Active)
+	require.Equal(t, 3, a.Available)
 }
