@@ -202,7 +202,7 @@ func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("slotrows: open session: acquire: %w", err)
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, readCommitted)
 	if err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("slotrows: open session: begin: %w", err)

@@ -226,10 +226,18 @@ var (
 	_ strategy.Ager          = (*deployment)(nil)
 )
 
-// beginTx begins a transaction on the pool, or refuses when closed.
+// readCommitted is the isolation of every reservation attempt, whatever the
+// server's default: the claim relies on READ COMMITTED re-checking holder IS
+// NULL on a slot's newest version (under REPEATABLE READ it would fail with
+// 40001 instead of moving on to the next slot), and the answer to a conflict
+// on a statement snapshot taken after the conflicting attempt finished.
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// beginTx begins a reservation transaction on the pool, or refuses when
+// closed.
 func (d *deployment) beginTx(ctx context.Context) (pgx.Tx, error) {
 	if d.closed.Load() {
 		return nil, errClosed
 	}
-	return d.db.Begin(ctx)
+	return d.db.BeginTx(ctx, readCommitted)
 }

@@ -35,9 +35,11 @@ WITH moved AS (
 SELECT count(*) FROM freed`
 
 	// sqlExpireDue locks the due rows with SKIP LOCKED, so concurrent runs of
-	// the job (and confirmations in flight) never wait for one another: a row
-	// locked by another run is that run's to move, a row locked by a confirm
-	// is the confirm's. The UPDATE re-checks status = 'HELD' all the same.
+	// the job (and confirmations or releases in flight) never wait for one
+	// another and never deadlock: a row locked by another run is that run's
+	// to move, a row locked by a confirm or a release is theirs (and if that
+	// transaction fails, the next run of the job moves it). The UPDATE
+	// re-checks status = 'HELD' all the same.
 	sqlExpireDue = `
 WITH due AS (
     SELECT id FROM slotrows_reservation
