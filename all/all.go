@@ -7,4 +7,6 @@ package all
 
 import (
 	_ "github.com/reservebench/reservebench/advisorylock"
+	_ "github.com/reservebench/reservebench/hotrow"
+	_ "github.com/reservebench/reservebench/slotrows"
 )

@@ -22,7 +22,6 @@ func TestKeyHashFirstConforms(t *testing.T) {
 	if meta.Name != "slotrows-key-hash-first" {
 		t.Errorf("name %q", meta.Name)
 	}
-	meta.Claims &^= strategy.NoWait // see TestConformance
 	results, err := strategytest.Verify(context.Background(), meta, db, admin, strategytest.Options{Short: true})
 	if err != nil {
 		t.Fatal(err)

@@ -13,23 +13,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestConformance runs the conformance kit on strategy B.
-//
-// The kit judges strategy.NoWait in every interleaving, including same-key
-// and same-user, where t2 sends the key (or the user) that t1 holds in an
-// open, uncommitted attempt. There t2 must wait: whether it is REPLAY (or
-// USER_LIMIT) or HELD depends on whether t1 commits, and the unique indexes
-// that enforce requirements 2 and 3 make it wait for exactly that. It is the
-// same wait for every strategy that claims IdempotentKey with a unique
-// index, and no wait for another attempt's claim on the stock, which is what
-// NoWait promises ("the third request is never blocked"). Until the kit
-// scopes that check to attempts that share nothing but the SKU, the kit runs
-// here with NoWait taken out of the claims, and TestNoWait holds B to NoWait
-// in the phantom sold-out interleaving, the scenario the claim names.
+// TestConformance runs the conformance kit on strategy B with its full
+// claims, no-wait among them (the kit judges no-wait only where attempts
+// compete for stock alone, as in the phantom scenario).
 func TestConformance(t *testing.T) {
-	meta := slotrows.Meta()
-	meta.Claims &^= strategy.NoWait
-	strategytest.Run(t, meta, pgtest.Pools)
+	strategytest.Run(t, slotrows.Meta(), pgtest.Pools)
 }
 
 // TestNoWait runs the phantom sold-out interleaving (every ordering of t1

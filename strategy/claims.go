@@ -33,8 +33,10 @@ const (
 	// once the attempts in flight finish; the strategy may wait instead
 	// (phantom sold-out scenario).
 	NoPhantomSoldOut
-	// NoWait: a reservation never waits for another attempt's uncommitted work
-	// (phantom sold-out scenario: the third request is never blocked).
+	// NoWait: a reservation never waits for another attempt's uncommitted
+	// work when the two compete only for stock (phantom sold-out scenario:
+	// the third request is never blocked). A repeated key or user may wait
+	// for the attempt that holds it: its answer depends on that commit.
 	NoWait
 	// SurvivesRestart: restarting a node loses nothing and oversells nothing
 	// (restart-oversell scenario).
