@@ -115,7 +115,29 @@ func audit(t *testing.T, dep strategy.Deployment) strategy.StockAudit {
 	return list[0]
 }
 
+// shared is one database for the package's own tests: every test uses SKUs
+// of its own, and deployments with disjoint SKUs may share a database. It
+// saves creating a database per test; the server is dropped after the tests.
+var shared struct {
+	once sync.Once
+	pool *pgxpool.Pool
+	err  error
+}
+
+// freshDB returns the shared database as the application role, with a pool of
+// at most 32 connections.
 func freshDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	return pgtest.DB(t)
+	srv := pgtest.Shared(t)
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var db *pgtest.Database
+		db, shared.err = srv.CreateDatabase(ctx, "rb_memquota")
+		if shared.err == nil {
+			shared.pool, shared.err = pgtest.OpenPool(ctx, db.DSN, 32)
+		}
+	})
+	require.NoError(t, shared.err)
+	return shared.pool
 }

@@ -11,62 +11,83 @@
 // The shares of a SKU sum to its stock (strategy.ShareOf, written once to
 // memquota_share), and a node never hands out more than its counter holds:
 // the counter is decremented with a lock-free compare-and-swap that never
-// goes below zero, before anything is written. So no more units are sold than
-// the stock, as long as no counter is ever lost or counted twice. The
+// goes below zero, before anything is written. So no more units are sold
+// than the stock, as long as no counter is ever lost or counted twice. The
 // database does not check the stock at all; it only keeps the log, whose
 // unique indexes give request-key idempotency (REPLAY, KEY_REUSED) and one
 // active reservation per user and SKU (USER_LIMIT). A refused insert gives
 // its unit back to the counter; a transition out of HELD (release, expiry)
 // gives the unit back to the counter of the node that sold it, once per row
-// the statement moved (RETURNING). Nothing waits on a lock in PostgreSQL
-// except two plain requests inserting the same key or user at the same
-// instant, for the length of one statement; see insertSQLFormat.
+// the statement moved (RETURNING), under READ COMMITTED, whose re-check of
+// status = 'HELD' on the newest row version lets exactly one of racing
+// transitions move a row.
 //
-// Requests for a key already in the log are answered REPLAY, also when the
-// node has no unit left: before SOLD_OUT the node looks the key up. Identical
-// requests arriving on one node at once are coalesced in the node
-// (TestDuplicateKeyStorm), since otherwise they would drain the node's
-// counter before the log could tell them they are one request.
+// A repeated key is answered REPLAY, never SOLD_OUT or USER_LIMIT: before
+// either answer the node looks the key up in the log. Identical requests
+// arriving on one node at once are coalesced in the node: one runs, the
+// others get its answer as a REPLAY (TestDuplicateKeyStorm); without that
+// they would drain the node's counter before the log could tell them they
+// are one request, and the lookup would not find the row yet either.
 //
-// # How it fails (each failure is shown by a test)
+// Nothing waits for an attempt held open (NoWait). An attempt held open
+// holds advisory locks on its key and on its user and SKU; everyone else
+// tries them without waiting and answers at once: ErrInFlight for its key
+// (the key's outcome is the open attempt's, not known yet), USER_LIMIT for
+// its user (TestSessionNeverWaits). The only wait left is two plain requests
+// inserting the same key, or the same user, at the same instant on two
+// nodes: the second waits for the first's single INSERT statement.
+//
+// # How it fails
 //
 // Restart oversell (seed C28-15, TestRestartOversell). A node restarted from
 // its configured share sells it again: 40 units over 2 nodes, node 0 sells
-// its 20, restarts, sells 20 more; the log has 60 active sales for 40 units,
-// and only the audit (Deployment.Audit: Active 60 > Total 40, drift -20)
-// notices, after the fact; no constraint refuses the 41st row. Restarting
-// from the log (memquota-recover) sells no more than 40.
+// its 20, node 1 its 20, node 0 restarts and sells 20 more; the log has 60
+// active sales for 40 units, and only the audit notices, after the fact
+// (Deployment.Audit: Active 60 > Total 40, Oversold 20, drift -20): no
+// constraint refuses the 41st row. Restarting from the log (memquota-recover)
+// sells none of the 20. A restart also kills the node's attempts held open,
+// so none commits after the log was counted (TestRestartAbandonsHeldOpenAttempt).
 //
 // Lost units (the crash the seed did not test,
 // TestCrashBetweenDecrementAndLog). A request that dies after the decrement
 // and before its log row takes the unit with it: the counter is down, no row
-// holds it, the audit shows a positive drift, and the node tells SOLD_OUT
-// while the stock is not sold (undersell). A FromLog restart recounts the
-// log and restores exactly the lost units; a FromConfig restart restores the
-// full share, counting every sold unit twice. A transition that commits
-// and dies before giving its unit back loses it the same way.
+// holds it, the audit shows a positive drift, and the node says SOLD_OUT
+// before its share is sold (undersell). A FromLog restart recounts the log
+// and restores exactly the lost units; a FromConfig restart restores the
+// whole share, so every unit the node had sold is sold twice. A release or
+// expiry that commits and dies before giving its units back loses them the
+// same way; rerunning it returns nothing, since the rows have moved
+// (TestCrashBeforeGiveBack).
 //
-// Stranded shares and phantom sold-out (TestStrandedShare,
-// TestSessionPhantomSoldOut). A node whose share is gone answers SOLD_OUT
-// while another node still has units; an attempt held open has taken its
-// unit from memory, so a third request is told SOLD_OUT at once, without
-// waiting, and if the attempt rolls back that unit was free after all. The
-// strategy therefore does not claim NoPhantomSoldOut; it claims NoWait.
+// Phantom sold-out (TestStrandedShare, TestSessionPhantomSoldOut). A node
+// whose share is gone says SOLD_OUT while another node still has units. An
+// attempt held open has taken its unit from memory without a committed row,
+// so a third request is told SOLD_OUT at once, without waiting; if the
+// attempt rolls back, that unit was free after all. Neither strategy claims
+// NoPhantomSoldOut.
+//
+// Copies of one request sent at once to two nodes, one of which has no unit
+// left: the exhausted node looks the key up, but the other node's row may
+// not be committed yet, and it says SOLD_OUT to a key that ends up HELD.
+// Coalescing closes this only within a node; across nodes it would need the
+// key registered before the counter is touched, which is another design. No
+// test shows it (it needs the other node caught inside its INSERT), and no
+// scenario of the kit sends such copies: duplicate-key never empties a node.
 //
 // # When C is acceptable
 //
-// Only where oversell is repaired after the fact, by a reconciliation that
+// Only where an oversell may be repaired after the fact: a reconciliation
 // runs the audit (sales log against stock, per node and in total) and acts on
-// its drift, and where every node, on every start, recovers its remaining
-// share from the durable log (memquota-recover) instead of its configuration.
-// Even then, units lost between a decrement and a log row stay lost until
-// the next recovery, and a SOLD_OUT answer may be wrong while another node
-// holds units. What it buys is that a SOLD_OUT costs one index lookup and
-// no row lock, and the stock is never a hot row.
+// its drift. And only where every node, on every start, recovers its
+// remaining share from the durable log (memquota-recover), never from its
+// configuration. Even then, units lost between a decrement and a log row stay
+// lost until the next recovery, and a SOLD_OUT may be wrong while another
+// node holds units. What it buys: a SOLD_OUT costs one index lookup and no
+// row lock, and the stock is never a hot row.
 //
 // All nodes of a Deployment live in one process, so a transition on any node
-// can give the unit straight back to its owner's counter; separate processes
-// would need to send it there.
+// gives the unit straight back to its owner's counter; nodes in separate
+// processes would have to send it there.
 package memquota
 
 import (

@@ -132,16 +132,24 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 }
 
+// reservePlain runs the reserve path on a connection of the pool. It takes
+// the connection before the unit, so a request queued for a connection holds
+// no unit, and a request that never got one surely wrote nothing.
 func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
 	if n.dead.Load() {
 		return strategy.Result{}, ErrNodeClosed
 	}
-	return n.reserve(ctx, n.d.db, req, false)
+	conn, err := n.d.db.Acquire(ctx)
+	if err != nil {
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+	}
+	defer conn.Release()
+	return n.reserve(ctx, conn, req, false)
 }
 
-// insertSQL writes the sales-log row. Before the insert it takes two
+// insertSQLFormat writes the sales-log row. Before the insert it takes two
 // advisory locks without waiting, one for the key and one for the user and
 // sku: a plain request takes them shared (plain requests never exclude each
 // other), an attempt held open takes them exclusively and keeps them until
@@ -173,8 +181,8 @@ var (
 	insertExclusive = fmt.Sprintf(insertSQLFormat, "pg_try_advisory_xact_lock")
 )
 
-// reserve is the one reserve path, for plain requests (q is the pool) and
-// attempts held open (q is the session's transaction). The caller holds
+// reserve is the one reserve path, for plain requests (q is a connection of
+// the pool) and attempts held open (q is the session's transaction). The caller holds
 // d.life shared.
 //
 //  1. Take a unit from the node's counter. None left: answer from the log
@@ -209,8 +217,14 @@ func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, hel
 		}
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: insert sale: %w", n.id, err)
 	case busy == "key":
+		// An attempt held open has the key: REPLAY if the key is in the
+		// log already, else its outcome is not known yet.
 		c.put()
-		return strategy.Result{}, ErrInFlight
+		res, err := n.answerFromLog(ctx, q, req, "")
+		if err == nil && res.Outcome == "" {
+			return strategy.Result{}, ErrInFlight
+		}
+		return res, err
 	case busy == "user":
 		c.put()
 		return n.answerFromLog(ctx, q, req, strategy.OutcomeUserLimit)
@@ -226,7 +240,8 @@ func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, hel
 // answerFromLog answers a request that gets no unit: REPLAY when its key is
 // in the log with the same user and sku, KEY_REUSED when with others;
 // ErrInFlight when the key is in no row but an attempt held open has it
-// (its outcome decides the key's); and otherwise the given outcome. Looking
+// (its outcome decides the key's); and otherwise the given outcome (an
+// empty Result when otherwise is ""). Looking
 // the key up first is what keeps a repeated key from being told SOLD_OUT or
 // USER_LIMIT.
 func (n *node) answerFromLog(ctx context.Context, q querier, req strategy.Request, otherwise strategy.Outcome) (strategy.Result, error) {
