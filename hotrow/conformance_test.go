@@ -14,5 +14,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // the races (duplicate key, user limit) 50 times each, judged against
 // hotrow's claims.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	strategytest.Run(t, hotrow.Meta(), pgtest.Pools)
 }

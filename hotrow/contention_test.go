@@ -19,6 +19,7 @@ import (
 // units over 2 nodes. Every decrement queues on the one stock row and sees
 // the available left by the one committed before it.
 func TestContention(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	dep, sku := open(t, db, hotrow.Options{}, 2, 40)
 	ctx := context.Background()
@@ -46,6 +47,7 @@ func TestContention(t *testing.T) {
 // unit is gone: no lock is taken on a row whose available is 0), rollback to
 // the savepoint, commit.
 func TestStorm(t *testing.T) {
+	t.Parallel()
 	const (
 		requests = 10_000
 		maxConns = 16

@@ -46,6 +46,7 @@ func statuses(t *testing.T, n strategy.Strategy, keys []string) map[strategy.Sta
 // count is checked against the audit too, not only against what the job
 // reports.
 func TestExpiryReplay(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 2, 40)
@@ -91,6 +92,7 @@ func TestExpiryReplay(t *testing.T) {
 // Each row ends CONFIRMED or EXPIRED, never both, never neither; units come
 // back only for EXPIRED rows. Repeated 5 times; the split varies.
 func TestConfirmVsExpire(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	for trial := 1; trial <= 5; trial++ {
@@ -149,6 +151,7 @@ func TestConfirmVsExpire(t *testing.T) {
 // released or expired one. A confirmed reservation keeps its unit: release
 // and expiry do not touch it.
 func TestConfirmModes(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 2, 5)
@@ -211,6 +214,7 @@ func TestConfirmModes(t *testing.T) {
 // so do 4 concurrent replays; of 4 concurrent first releases exactly one
 // returns the unit.
 func TestReleaseReplay(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 2, 5)

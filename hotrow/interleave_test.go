@@ -59,6 +59,7 @@ func openSession(t *testing.T, n strategy.Strategy) strategy.Session {
 // t1's row lock, t3 for t1 or t2), not answered SOLD_OUT; after t1 rolls
 // back both succeed. hotrow has no phantom sold-out; the price is the wait.
 func TestPhantomInputWaitsThenSucceeds(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 1, 2)
@@ -106,6 +107,7 @@ func TestPhantomInputWaitsThenSucceeds(t *testing.T) {
 // gone). If t1 rolls back, the newest version still has the unit and t2 is
 // HELD. Neither needs a retry under READ COMMITTED.
 func TestWaitThenReevaluate(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"commit", "rollback"} {
 		t.Run(end, func(t *testing.T) {
 			db, admin := pgtest.Pools(t)
@@ -141,6 +143,7 @@ func TestWaitThenReevaluate(t *testing.T) {
 // with t1's own key or t1's user on A waits for t1 in the unique indexes
 // (request_key, reservation_one_active) and is answered after t1 ends.
 func TestWhoWaits(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	skuA, skuB := newSKU("a"), newSKU("b")
@@ -200,6 +203,7 @@ func TestWhoWaits(t *testing.T) {
 // session leave it usable; Rollback after Commit is a no-op; a second
 // Commit and a Reserve after the end are refused.
 func TestSession(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 1, 1)

@@ -41,19 +41,20 @@ func sqlstate(err error) string {
 //   - REPEATABLE READ, SERIALIZABLE, retries on: the whole transaction runs
 //     again on a new snapshot and is HELD after exactly one retry.
 func TestIsolationWaiterAfterCommit(t *testing.T) {
+	t.Parallel()
+	db, admin := pgtest.Pools(t) // one database, a deployment per case
 	for _, iso := range levels {
 		for _, retries := range []int{-1, 0} {
 			name := fmt.Sprintf("%s/retries=%v", levelName(iso), retries == 0)
 			t.Run(name, func(t *testing.T) {
-				db, admin := pgtest.Pools(t)
 				ctx := context.Background()
 				dep, sku := open(t, db, hotrow.Options{Isolation: iso, MaxRetries: retries}, 2, 2)
 				holder := openSession(t, dep.Node(0))
-				res, err := holder.Reserve(ctx, req("req-holder", "user-1", sku))
+				res, err := holder.Reserve(ctx, req("req-holder-"+sku, "user-1", sku))
 				require.NoError(t, err)
 				require.Equal(t, strategy.OutcomeHeld, res.Outcome)
 
-				waiter := goReserve(ctx, dep.Node(1), req("req-waiter", "user-2", sku))
+				waiter := goReserve(ctx, dep.Node(1), req("req-waiter-"+sku, "user-2", sku))
 				waiterOn(t, admin, holder.Backends()[0], waiter.done)
 				require.NoError(t, holder.Commit(ctx))
 				res, err = waiter.wait()
@@ -74,7 +75,7 @@ func TestIsolationWaiterAfterCommit(t *testing.T) {
 					require.Equal(t, "40001", sqlstate(err), "want a serialization failure, got %v", err)
 					t.Logf("without retry: %v", err)
 					require.Equal(t, 1, a.Active, "the failed waiter wrote nothing")
-					r, err := dep.Node(0).Lookup(ctx, "req-waiter")
+					r, err := dep.Node(0).Lookup(ctx, "req-waiter-"+sku)
 					require.NoError(t, err)
 					require.Equal(t, strategy.StatusNotFound, r.Status)
 					require.Zero(t, dep.Retries())
@@ -90,9 +91,10 @@ func TestIsolationWaiterAfterCommit(t *testing.T) {
 // retries (DefaultMaxRetries) the counts are exact again: HELD 40,
 // SOLD_OUT 80, no error; Retries() says what that cost.
 func TestIsolationContention(t *testing.T) {
+	t.Parallel()
+	db, _ := pgtest.Pools(t)
 	for _, iso := range levels[1:] {
 		t.Run(levelName(iso), func(t *testing.T) {
-			db, _ := pgtest.Pools(t)
 			ctx := context.Background()
 			run := func(maxRetries int) (*tally, *hotrow.Deployment) {
 				dep, sku := open(t, db, hotrow.Options{Isolation: iso, MaxRetries: maxRetries}, 2, 40)
@@ -127,6 +129,7 @@ func TestIsolationContention(t *testing.T) {
 // session does not retry, so there a waiter that loses to a commit gets
 // 40001 (TestIsolationWaiterAfterCommit shows it).
 func TestIsolationVariantsConform(t *testing.T) {
+	t.Parallel()
 	for _, iso := range levels[1:] {
 		meta := hotrow.New(hotrow.Options{Isolation: iso})
 		t.Run(meta.Name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 // TestRegistered: "hotrow" is registered with the READ COMMITTED default,
 // claims everything but NoWait, and variants get their own names.
 func TestRegistered(t *testing.T) {
+	t.Parallel()
 	m, ok := strategy.Lookup("hotrow")
 	require.True(t, ok)
 	require.Equal(t, hotrow.Claims, m.Claims)
@@ -36,6 +37,7 @@ func TestRegistered(t *testing.T) {
 // TestOpenValidatesFirst: a refused Config or Options writes nothing, not
 // even the schema, into a fresh database.
 func TestOpenValidatesFirst(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	bad := map[string]struct {
@@ -65,6 +67,7 @@ func TestOpenValidatesFirst(t *testing.T) {
 // creation (without it, concurrent CREATE TABLE IF NOT EXISTS can fail on
 // the catalog's unique index).
 func TestOpenConcurrently(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	deps := make([]*hotrow.Deployment, 8)
@@ -84,6 +87,7 @@ func TestOpenConcurrently(t *testing.T) {
 // ErrStockExists and inserts none of the Config's SKUs (one transaction),
 // also when two Opens of one SKU race: exactly one wins.
 func TestOpenStockExists(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	old := newSKU("old")
@@ -118,6 +122,7 @@ func TestOpenStockExists(t *testing.T) {
 // database. MakeDue, ExpireDue, Audit, Confirm and Release of one never
 // touch the other's SKUs; request keys are unique across both.
 func TestDeploymentsShareDatabase(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	depA, skuA := open(t, db, hotrow.Options{}, 2, 5)
@@ -162,6 +167,7 @@ func TestDeploymentsShareDatabase(t *testing.T) {
 // TestRestart: a restarted node's old handle answers ErrClosed, the new one
 // sees everything; Close closes every node.
 func TestRestart(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 2, 3)
@@ -191,6 +197,7 @@ func TestRestart(t *testing.T) {
 // a session, is BAD_REQUEST with a *strategy.RequestError naming the field,
 // and writes no row (counted in the table, not only through the audit).
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 1, 3)

@@ -28,6 +28,7 @@ const raceTrials = 50
 // commit and fail with 23505 there. Reserve looks the key up before it
 // answers USER_LIMIT, so it is REPLAY.
 func TestDuplicateKeyAndUserLimit(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	for trial := 1; trial <= raceTrials; trial++ {
@@ -73,6 +74,7 @@ func TestDuplicateKeyAndUserLimit(t *testing.T) {
 // TestKeyReused: a known key with another user or another SKU is KEY_REUSED
 // and carries the reservation that owns the key; nothing is written.
 func TestKeyReused(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Pools(t)
 	ctx := context.Background()
 	sku1, sku2 := newSKU("a"), newSKU("b")
@@ -141,6 +143,7 @@ CREATE UNIQUE INDEX reservation_one_active ON reservation (sku, user_id) WHERE s
 // sends the same interleaving through Reserve, which looks the key up before
 // answering USER_LIMIT: REPLAY of the first reservation, stock down by one.
 func TestSameKeyReachesUserIndexFirst(t *testing.T) {
+	t.Parallel()
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 	dep, sku := open(t, db, hotrow.Options{}, 2, 5)
