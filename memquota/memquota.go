@@ -120,14 +120,15 @@ type Options struct {
 var errCrashed = errors.New("memquota: died between the database and memory (fault injection)")
 
 const (
-	// Shared by both registrations: everything but recovery.
+	// What both registrations claim.
 	baseClaims = strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce | strategy.NoWait
 
-	// ConfigClaims are the claims of memquota (FromConfig). It claims neither
-	// NoOversell nor Conserves: a restart from the configured share sells
-	// units twice and breaks conservation, which is exactly what the restart
-	// scenario is there to show; the conformance kit judges that oversell
-	// against NoOversell and Conserves, not only against SurvivesRestart.
+	// ConfigClaims are the claims of memquota (FromConfig). Without a restart
+	// it neither oversells nor drifts (TestContention), but it claims
+	// neither NoOversell nor Conserves: a restart from the configured share
+	// sells units twice and breaks conservation, which is what the restart
+	// scenario is there to show, and the conformance kit judges that oversell
+	// against NoOversell and Conserves as well as SurvivesRestart.
 	ConfigClaims = baseClaims
 	// LogClaims are the claims of memquota-recover (FromLog).
 	LogClaims = baseClaims | strategy.NoOversell | strategy.Conserves | strategy.SurvivesRestart
