@@ -66,7 +66,11 @@
 //     only for EXPIRED), TestReleaseReplay (1, then 0), TestConfirmModes.
 //   - No phantom sold-out (NoPhantomSoldOut): an uncommitted decrement is
 //     waited for, never skipped, so SOLD_OUT means the newest committed
-//     version had no unit. TestPhantomInputWaitsThenSucceeds (C28-14).
+//     version had no unit when the UPDATE ran. TestPhantomInputWaitsThenSucceeds
+//     (C28-14). (A unit that a release or expiry still in flight is giving
+//     back is not waited for: the answer is SOLD_OUT as of the last commit.
+//     Under REPEATABLE READ and SERIALIZABLE "the last commit" is the one
+//     before the transaction's snapshot, taken at its INSERT.)
 //   - Restart loses nothing (SurvivesRestart): the database is the whole
 //     state. TestRestart, and the kit's restart scenario.
 //

@@ -247,3 +247,45 @@ func TestSession(t *testing.T) {
 	require.Equal(t, 1, a.Active)
 	require.Equal(t, int32(0), db.Stat().AcquiredConns(), "the session's connection went back to the pool")
 }
+
+// TestSessionExpireKilled is C28-09 inside one test process: the expiry job
+// runs in a session and moves 5 due rows, then its backend is terminated
+// before the commit (pg_terminate_backend: the server ends the connection
+// as if the client had been killed, and rolls the transaction back, docs
+// 55.2.9). Nothing came back; a rerun returns the 5 units once, and a
+// second rerun 0.
+func TestSessionExpireKilled(t *testing.T) {
+	t.Parallel()
+	db, admin := pgtest.Pools(t)
+	ctx := context.Background()
+	dep, sku := open(t, db, hotrow.Options{}, 2, 10)
+	keys := holdN(t, dep, sku, 10)
+	_, err := dep.MakeDue(ctx, keys[:5])
+	require.NoError(t, err)
+
+	s := openSession(t, dep.Node(0))
+	units, err := s.(interface {
+		ExpireDue(context.Context) (int, error)
+	}).ExpireDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, units, "moved inside the session, not committed")
+	require.Equal(t, 0, audit(t, dep).Available, "uncommitted: nothing visible")
+
+	var terminated bool
+	require.NoError(t, admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(s.Backends()[0])).Scan(&terminated))
+	require.True(t, terminated)
+	require.Error(t, s.Commit(ctx), "the session's connection is gone")
+
+	a := audit(t, dep)
+	require.Equal(t, 0, a.Available, "the killed job returned nothing")
+	require.Equal(t, 10, a.Active)
+	units, err = dep.Node(1).(strategy.Expirer).ExpireDue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, units, "the rerun returns the 5 units")
+	units, err = dep.Node(0).(strategy.Expirer).ExpireDue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, units, "and only once")
+	a = audit(t, dep)
+	require.Equal(t, 5, a.Available)
+	require.Equal(t, map[strategy.Status]int{strategy.StatusExpired: 5, strategy.StatusHeld: 5}, statuses(t, dep.Node(0), keys))
+}

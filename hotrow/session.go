@@ -76,6 +76,24 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	return res, nil
 }
 
+// ExpireDue runs the expiry job (sqlExpireDue, the same statement as
+// Node.ExpireDue) inside the session's transaction: the units it reports
+// come back only if the session commits. A process killed before that
+// commit returns nothing, and a rerun returns every unit once (seed C28-09;
+// TestSessionExpireKilled). Like Reserve, it is never retried.
+func (s *session) ExpireDue(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return 0, ErrSessionEnded
+	}
+	var units int
+	if err := s.tx.QueryRow(ctx, sqlExpireDue, s.d.skus).Scan(&units); err != nil {
+		return 0, fmt.Errorf("hotrow: session expire due: %w", err)
+	}
+	return units, nil
+}
+
 // Commit commits the session's transaction and returns its connection.
 func (s *session) Commit(ctx context.Context) error {
 	s.mu.Lock()
