@@ -48,7 +48,8 @@ type Options struct {
 	Isolation pgx.TxIsoLevel
 
 	// MaxRetries bounds how often one operation (Reserve, Confirm, Release,
-	// ExpireDue, MakeDue) reruns its whole transaction after 40001 or 40P01.
+	// ExpireDue, MakeDue) reruns its whole transaction after 40001, 40P01,
+	// or a unique-index conflict with a row its snapshot cannot see.
 	// 0 means DefaultMaxRetries; a negative value disables retrying, so the
 	// error reaches the caller (an outcome the contract calls unknown, though
 	// PostgreSQL rolled the transaction back). Sessions never retry.
