@@ -225,9 +225,8 @@ func (d *Deployment) Node(i int) strategy.Strategy {
 
 // Restart drops node i's in-memory counters and starts it again, as a
 // process restart would, from what Options.Restart prescribes. It waits for
-// the node's requests in flight (they are short: nothing in this package
-// waits for an attempt held open), and the node's attempts held open die
-// with it: their Commit rolls back and returns ErrNodeClosed, so no attempt
+// the requests in flight (a request waits only for an attempt held open with
+// its key or user), and the node's attempts held open die with it: their Commit rolls back and returns ErrNodeClosed, so no attempt
 // of the old process commits after the new one has counted the log.
 func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if i < 0 || i >= len(d.nodes) {

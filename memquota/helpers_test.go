@@ -119,25 +119,60 @@ func audit(t *testing.T, dep strategy.Deployment) strategy.StockAudit {
 // of its own, and deployments with disjoint SKUs may share a database. It
 // saves creating a database per test; the server is dropped after the tests.
 var shared struct {
-	once sync.Once
-	pool *pgxpool.Pool
-	err  error
+	once  sync.Once
+	pool  *pgxpool.Pool // the application role, at most 32 connections
+	admin *pgxpool.Pool // the superuser, for lock probes
+	err   error
 }
 
-// freshDB returns the shared database as the application role, with a pool of
-// at most 32 connections.
-func freshDB(t *testing.T) *pgxpool.Pool {
+func sharedDB(t *testing.T) (db, admin *pgxpool.Pool) {
 	t.Helper()
 	srv := pgtest.Shared(t)
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		var db *pgtest.Database
-		db, shared.err = srv.CreateDatabase(ctx, "rb_memquota")
-		if shared.err == nil {
-			shared.pool, shared.err = pgtest.OpenPool(ctx, db.DSN, 32)
+		var d *pgtest.Database
+		if d, shared.err = srv.CreateDatabase(ctx, "rb_memquota"); shared.err != nil {
+			return
 		}
+		if shared.pool, shared.err = pgtest.OpenPool(ctx, d.DSN, 32); shared.err != nil {
+			return
+		}
+		shared.admin, shared.err = pgtest.OpenPool(ctx, d.AdminDSN, 4)
 	})
 	require.NoError(t, shared.err)
-	return shared.pool
+	return shared.pool, shared.admin
+}
+
+// freshDB returns the shared database as the application role.
+func freshDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	db, _ := sharedDB(t)
+	return db
+}
+
+// awaitBlocked waits until n backends are blocked by the backend pid, as
+// pg_blocking_pids reports them: the decision comes from the server's lock
+// table, the ticker only paces the question (as PostgreSQL's isolation
+// tester does).
+func awaitBlocked(t *testing.T, admin *pgxpool.Pool, pid uint32, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var blocked int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, int32(pid)).Scan(&blocked)
+		require.NoError(t, err)
+		if blocked >= n {
+			require.Equal(t, n, blocked, "backends blocked by %d", pid)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d backends blocked by %d after 20s", blocked, n, pid)
+		case <-tick.C:
+		}
+	}
 }

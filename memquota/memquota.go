@@ -29,13 +29,12 @@
 // they would drain the node's counter before the log could tell them they
 // are one request, and the lookup would not find the row yet either.
 //
-// Nothing waits for an attempt held open (NoWait). An attempt held open
-// holds advisory locks on its key and on its user and SKU; everyone else
-// tries them without waiting and answers at once: ErrInFlight for its key
-// (the key's outcome is the open attempt's, not known yet), USER_LIMIT for
-// its user (TestSessionNeverWaits). The only wait left is two plain requests
-// inserting the same key, or the same user, at the same instant on two
-// nodes: the second waits for the first's single INSERT statement.
+// Nothing waits for stock (NoWait): the counter answers at once. A request
+// waits only for an attempt in flight with the same key, or the same user and
+// SKU, whose commit decides its answer: its insert waits on the unique
+// index; on a node with no unit left, the lookup sees from an advisory lock
+// that an insert of the key may be in flight and then waits for that row
+// alone (TestRepeatedKeyWaitsForOpenAttempt).
 //
 // # How it fails
 //
@@ -63,16 +62,18 @@
 // whose share is gone says SOLD_OUT while another node still has units. An
 // attempt held open has taken its unit from memory without a committed row,
 // so a third request is told SOLD_OUT at once, without waiting; if the
-// attempt rolls back, that unit was free after all. Neither strategy claims
-// NoPhantomSoldOut.
+// attempt rolls back, that unit was free after all. A request waiting for
+// an attempt with its key or user has taken its unit too, with the same
+// effect. Neither strategy claims NoPhantomSoldOut.
 //
 // Copies of one request sent at once to two nodes, one of which has no unit
-// left: the exhausted node looks the key up, but the other node's row may
-// not be committed yet, and it says SOLD_OUT to a key that ends up HELD.
-// Coalescing closes this only within a node; across nodes it would need the
-// key registered before the counter is touched, which is another design. No
-// test shows it (it needs the other node caught inside its INSERT), and no
-// scenario of the kit sends such copies: duplicate-key never empties a node.
+// left: the exhausted node waits for a row of the key only once the other
+// node's INSERT has started. If it looks before that (the other copy is
+// still on its way: in the pool's queue, at its counter), it says SOLD_OUT
+// to a key that ends up HELD. Coalescing closes this within a node; across
+// nodes it would need the key registered before any counter is touched,
+// which is another design. No test shows it, and no scenario of the kit
+// sends such copies: duplicate-key never empties a node.
 //
 // # When C is acceptable
 //

@@ -15,13 +15,6 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// ErrInFlight is returned by Reserve when another attempt with the same key
-// holds its transaction open (a Session that has reserved and not yet ended).
-// Rather than wait for that attempt, the node answers at once that the
-// outcome of this key is not known yet: it becomes whatever the open attempt
-// commits. Send the request again, or Lookup the key, after it ends.
-var ErrInFlight = errors.New("memquota: another attempt with this key is held open")
-
 // counter is one node's in-memory count of the units of one SKU it may still
 // hand out. It is lock-free: a CAS loop that never goes below zero.
 type counter struct{ n atomic.Int64 }
@@ -73,6 +66,7 @@ var (
 // session's transaction for an attempt held open.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // check validates a request: its fields, then whether the deployment sells
@@ -149,45 +143,33 @@ func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy
 	return n.reserve(ctx, conn, req, false)
 }
 
-// insertSQLFormat writes the sales-log row. Before the insert it takes two
-// advisory locks without waiting, one for the key and one for the user and
-// sku: a plain request takes them shared (plain requests never exclude each
-// other), an attempt held open takes them exclusively and keeps them until
-// it ends. So an open attempt and anyone else with its key or its user never
-// wait for each other: whoever comes second learns at once that the other
-// is in flight. busy says which lock was taken ("key", "user" or "").
+// insertSQL writes the sales-log row. ON CONFLICT DO NOTHING without a
+// target covers both unique indexes (the key, and one active reservation
+// per user and sku); which one refused the row is then read from the log. A
+// conflicting row still in flight makes PostgreSQL wait for its transaction
+// before deciding, so a refused insert always finds a committed row, and a
+// row rolled back refuses nothing. That is the only kind of wait in this
+// package: for an attempt with the same key, or the same user and sku, whose
+// commit decides the answer; never for stock.
 //
-// ON CONFLICT DO NOTHING without a target covers both unique indexes (the
-// key and one active reservation per user and sku); which one refused the
-// row is then read from the log. PostgreSQL waits for a conflicting insert
-// still in flight before deciding, so a refused insert always finds a
-// committed row.
-const insertSQLFormat = `
-WITH lk AS MATERIALIZED (
-    SELECT CASE WHEN NOT %[1]s($6) THEN 'key'
-                WHEN NOT %[1]s($7) THEN 'user'
-                ELSE '' END AS busy
-), ins AS (
-    INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at)
-    SELECT $1, $2, $3, $4, 'HELD', now() + $5::bigint * interval '1 microsecond'
-    FROM lk WHERE lk.busy = ''
-    ON CONFLICT DO NOTHING
-    RETURNING expires_at
-)
-SELECT lk.busy, ins.expires_at FROM lk LEFT JOIN ins ON true`
-
-var (
-	insertShared    = fmt.Sprintf(insertSQLFormat, "pg_try_advisory_xact_lock_shared")
-	insertExclusive = fmt.Sprintf(insertSQLFormat, "pg_try_advisory_xact_lock")
-)
+// Before the insert it tries the key's advisory lock shared, without
+// waiting, and keeps it while its row is in flight (to the end of the
+// statement, or of an attempt held open): a hint that lets a node with no
+// unit left see that the key may be on its way into the log (soldOut).
+const insertSQL = `
+WITH hint AS MATERIALIZED (SELECT pg_try_advisory_xact_lock_shared($6))
+INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at)
+SELECT $1, $2, $3, $4, 'HELD', now() + $5::bigint * interval '1 microsecond' FROM hint
+ON CONFLICT DO NOTHING
+RETURNING expires_at`
 
 // reserve is the one reserve path, for plain requests (q is a connection of
 // the pool) and attempts held open (q is the session's transaction). The caller holds
 // d.life shared.
 //
 //  1. Take a unit from the node's counter. None left: answer from the log
-//     (REPLAY or KEY_REUSED when the key is known, ErrInFlight when an
-//     attempt held open has it, else SOLD_OUT); nothing is written.
+//     (REPLAY or KEY_REUSED when the key is known, else SOLD_OUT), waiting
+//     for a row with the key in flight (soldOut); nothing is written.
 //  2. Insert the sales-log row. Refused: the unit goes back to the counter
 //     and the log says why (REPLAY, KEY_REUSED, else USER_LIMIT).
 //  3. Failed: a failure that surely wrote nothing gives the unit back; one
@@ -197,81 +179,116 @@ var (
 func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
 	c := n.counters[req.SKU]
 	if !c.take() {
-		return n.answerFromLog(ctx, q, req, strategy.OutcomeSoldOut)
+		return n.soldOut(ctx, q, req, held)
 	}
 	if hook := n.d.crashAfterDecrement.Load(); hook != nil && (*hook)(req) {
 		return strategy.Result{}, errCrashed
 	}
-	stmt := insertShared
-	if held {
-		stmt = insertExclusive
-	}
-	var busy string
-	var expires *time.Time
-	err := q.QueryRow(ctx, stmt, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(),
-		lockID("key", req.Key), lockID("user", req.SKU+"\x1f"+req.User)).Scan(&busy, &expires)
+	var expires time.Time
+	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key)).Scan(&expires)
 	switch {
+	case errors.Is(err, pgx.ErrNoRows): // refused: the key or the user has a committed row
+		c.put()
+		r, err := lookup(ctx, q, req.Key)
+		if err != nil {
+			return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+		}
+		return answer(req, r, strategy.OutcomeUserLimit), nil
 	case err != nil:
 		if held || wroteNothing(err) {
 			c.put()
 		}
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: insert sale: %w", n.id, err)
-	case busy == "key":
-		// An attempt held open has the key: REPLAY if the key is in the
-		// log already, else its outcome is not known yet.
-		c.put()
-		res, err := n.answerFromLog(ctx, q, req, "")
-		if err == nil && res.Outcome == "" {
-			return strategy.Result{}, ErrInFlight
-		}
-		return res, err
-	case busy == "user":
-		c.put()
-		return n.answerFromLog(ctx, q, req, strategy.OutcomeUserLimit)
-	case expires == nil:
-		c.put()
-		return n.answerFromLog(ctx, q, req, strategy.OutcomeUserLimit)
 	}
 	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: strategy.Reservation{
-		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: *expires,
+		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: expires,
 	}}, nil
 }
 
-// answerFromLog answers a request that gets no unit: REPLAY when its key is
-// in the log with the same user and sku, KEY_REUSED when with others;
-// ErrInFlight when the key is in no row but an attempt held open has it
-// (its outcome decides the key's); and otherwise the given outcome (an
-// empty Result when otherwise is ""). Looking
-// the key up first is what keeps a repeated key from being told SOLD_OUT or
-// USER_LIMIT.
-func (n *node) answerFromLog(ctx context.Context, q querier, req strategy.Request, otherwise strategy.Outcome) (strategy.Result, error) {
+// answer turns the log's reservation under the request's key into the
+// answer: REPLAY when it has the same user and sku, KEY_REUSED when others,
+// and otherwise the given outcome when there is none.
+func answer(req strategy.Request, r strategy.Reservation, otherwise strategy.Outcome) strategy.Result {
+	switch {
+	case r.Status == strategy.StatusNotFound:
+		return strategy.Result{Outcome: otherwise}
+	case r.User == req.User && r.SKU == req.SKU:
+		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}
+	default:
+		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}
+	}
+}
+
+// soldOut answers a request that found no unit: from the log, so that a
+// repeated key is REPLAY (or KEY_REUSED), never SOLD_OUT.
+//
+// A row with the key may be in flight: another node inserting it, or an
+// attempt held open. Its commit decides the answer, so the node waits for it,
+// but only then: a plain request tries the key's advisory lock exclusively
+// in the same statement as the lookup (one round trip) and finds it free
+// unless an insert of the key holds it (insertSQL); only then does it probe
+// (probeSQL), which waits for exactly the rows in flight. An attempt held
+// open always probes: its transaction would keep the exclusive lock.
+func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
+	if !held {
+		r, free, err := lookupTry(ctx, q, req.Key)
+		if err != nil {
+			return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+		}
+		if r.Status != strategy.StatusNotFound || free {
+			return answer(req, r, strategy.OutcomeSoldOut), nil
+		}
+	}
+	// A row with the key may be in flight: wait for it, then read the log.
+	if err := probe(ctx, q, req.Key); err != nil {
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+	}
+	r, err := lookup(ctx, q, req.Key)
+	if err != nil {
+		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+	}
+	return answer(req, r, strategy.OutcomeSoldOut), nil
+}
+
+// lookupTrySQL looks a key up and tries its advisory lock exclusively, for
+// the length of the statement (a plain request runs it in autocommit).
+const lookupTrySQL = `
+SELECT pg_try_advisory_xact_lock($2), s.user_id, s.sku, s.status, s.expires_at
+FROM (SELECT 1) AS one LEFT JOIN memquota_sale s ON s.request_key = $1`
+
+func lookupTry(ctx context.Context, q querier, key string) (strategy.Reservation, bool, error) {
 	var free bool
 	var user, sku, status *string
 	var expires *time.Time
-	err := q.QueryRow(ctx, answerSQL, req.Key, lockID("key", req.Key)).Scan(&free, &user, &sku, &status, &expires)
-	switch {
-	case err != nil:
-		return strategy.Result{}, fmt.Errorf("memquota: node %d: lookup %q: %w", n.id, req.Key, err)
-	case status == nil && !free:
-		return strategy.Result{}, ErrInFlight
-	case status == nil:
-		return strategy.Result{Outcome: otherwise}, nil
+	if err := q.QueryRow(ctx, lookupTrySQL, key, keyLock(key)).Scan(&free, &user, &sku, &status, &expires); err != nil {
+		return strategy.Reservation{}, false, fmt.Errorf("lookup %q: %w", key, err)
 	}
-	r := strategy.Reservation{Key: req.Key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}
-	if r.User == req.User && r.SKU == req.SKU {
-		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}, nil
+	if status == nil {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, free, nil
 	}
-	return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}, nil
+	return strategy.Reservation{Key: key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}, free, nil
 }
 
-// answerSQL looks a key up and tells whether an attempt held open has it: it
-// tries the key's advisory lock shared (see insertSQLFormat), which fails
-// only against an attempt held open. A plain request lets the lock go when
-// its statement ends; an attempt held open keeps it until it ends, so until
-// then another attempt held open with the same key is told ErrInFlight.
-const answerSQL = `
-SELECT pg_try_advisory_xact_lock_shared($2), s.user_id, s.sku, s.status, s.expires_at
-FROM (SELECT 1) AS one LEFT JOIN memquota_sale s ON s.request_key = $1`
+// probeSQL inserts a placeholder under the key, inside a transaction (or
+// savepoint) that is always rolled back, only to make PostgreSQL wait for
+// any row with the key still in flight. Its status keeps it out of the
+// per-user index, so it waits for the key alone.
+const probeSQL = `
+INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at)
+VALUES ($1, '', '', 0, 'RELEASED', now())
+ON CONFLICT (request_key) DO NOTHING`
+
+func probe(ctx context.Context, q querier, key string) error {
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("probe %q: %w", key, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, probeSQL, key); err != nil {
+		return fmt.Errorf("probe %q: %w", key, err)
+	}
+	return tx.Rollback(ctx)
+}
 
 // wroteNothing reports whether a failed autocommit statement certainly left
 // no row: the server refused it (it was rolled back), or it never left the
@@ -281,10 +298,10 @@ func wroteNothing(err error) bool {
 	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
-// lockID maps a key, or a sku and user, to a 64-bit advisory lock id.
-func lockID(kind, s string) int64 {
+// keyLock maps a request key to the 64-bit id of its advisory lock.
+func keyLock(key string) int64 {
 	h := fnv.New64a()
-	h.Write([]byte("memquota\x1f" + kind + "\x1f" + s))
+	h.Write([]byte("memquota\x1fkey\x1f" + key))
 	return int64(h.Sum64())
 }
 

@@ -23,10 +23,11 @@ var errSessionEnded = errors.New("memquota: session already ended")
 // While the attempt is open, the unit is gone from memory but no row says
 // who has it. A third request on the same node that needs that unit is told
 // SOLD_OUT at once, without waiting: a phantom sold-out if the attempt then
-// rolls back (seed C28-14; TestSessionPhantomSoldOut). A request with the
-// attempt's key gets ErrInFlight, one from the attempt's user for the same
-// SKU gets USER_LIMIT, both at once: the attempt holds advisory locks on its
-// key and on its user and SKU, which others try without waiting.
+// rolls back (seed C28-14; TestSessionPhantomSoldOut). Only a request with
+// the attempt's key, or from its user for the same SKU, waits for the attempt
+// to end, because its answer (REPLAY or HELD, USER_LIMIT or HELD) depends on
+// that commit; it waits also on a node with no unit left
+// (TestRepeatedKeyWaitsForOpenAttempt).
 type session struct {
 	n    *node
 	conn *pgxpool.Conn

@@ -65,58 +65,81 @@ func TestSessionPhantomSoldOut(t *testing.T) {
 	require.NoError(t, t1.Rollback(ctx), "a second Rollback is a no-op")
 }
 
-// TestSessionNeverWaits: requests with the key or the user of an attempt
-// held open do not wait for it (each call below returns, or the test's
-// deadline fails it). The key's outcome is whatever the open attempt
-// commits, so a request with that key gets ErrInFlight (unknown yet), even
-// on a node with no unit left; the user's other keys get USER_LIMIT. After
-// the attempt commits: REPLAY and USER_LIMIT from the log.
-func TestSessionNeverWaits(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// TestRepeatedKeyWaitsForOpenAttempt: requests with the key, or the user,
+// of an attempt held open wait for it, because its commit decides their
+// answer: plain or held open, on a node with units (the insert waits on the
+// unique index) and on a node with none (the lookup waits on the key's
+// advisory lock). Each is seen blocked by the attempt's backend in
+// pg_blocking_pids before the attempt ends. Committed: REPLAY, and
+// USER_LIMIT for the user's other key. Rolled back: HELD where a unit is
+// left, SOLD_OUT where none is, never a REPLAY of nothing.
+func TestRepeatedKeyWaitsForOpenAttempt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dep, sku := deploy(t, freshDB(t), memquota.FromLog, 2, 3) // node 0: 2 units, node 1: 1
-	key := strategy.Request{Key: "k-" + sku, User: "u", SKU: sku, TTL: time.Minute}
-	user := strategy.Request{Key: "k2-" + sku, User: "u", SKU: sku, TTL: time.Minute}
+	db, admin := sharedDB(t)
+	dep, sku := deploy(t, db, memquota.FromLog, 2, 13) // node 0: 7 units, node 1: 6
+	require.Equal(t, map[string]int{"HELD": 6}, outcomes(sendAll(ctx, dep, distinct("n1", sku, 1, 6))), "node 1 has no unit left")
+	req := func(key, user string) strategy.Request {
+		return strategy.Request{Key: key + "-" + sku, User: user, SKU: sku, TTL: time.Minute}
+	}
+	type reply struct {
+		name string
+		res  strategy.Result
+		err  error
+	}
+	start := func(replies chan<- reply, name string, f func() (strategy.Result, error)) {
+		go func() {
+			res, err := f()
+			replies <- reply{name, res, err}
+		}()
+	}
+	collect := func(replies <-chan reply, n int) map[string]strategy.Outcome {
+		got := map[string]strategy.Outcome{}
+		for i := 0; i < n; i++ {
+			r := <-replies
+			require.NoError(t, r.err, r.name)
+			got[r.name] = r.res.Outcome
+		}
+		return got
+	}
 
 	t1 := open(t, ctx, dep, 0)
-	res, err := t1.Reserve(ctx, key)
+	res, err := t1.Reserve(ctx, req("k", "u"))
 	require.NoError(t, err)
 	require.Equal(t, strategy.OutcomeHeld, res.Outcome)
-	res, err = dep.Node(1).Reserve(ctx, strategy.Request{Key: "x-" + sku, User: "x", SKU: sku, TTL: time.Minute})
+	replies := make(chan reply, 4)
+	start(replies, "key on node 0", func() (strategy.Result, error) { return dep.Node(0).Reserve(ctx, req("k", "u")) })
+	start(replies, "key on node 1 (no unit)", func() (strategy.Result, error) { return dep.Node(1).Reserve(ctx, req("k", "u")) })
+	start(replies, "user's other key", func() (strategy.Result, error) { return dep.Node(0).Reserve(ctx, req("k2", "u")) })
+	t2 := open(t, ctx, dep, 0)
+	start(replies, "key held open", func() (strategy.Result, error) { return t2.Reserve(ctx, req("k", "u")) })
+	awaitBlocked(t, admin, t1.Backends()[0], 4)
+	require.Empty(t, replies, "nobody answered before t1 ended")
+	res, err = dep.Node(0).Reserve(ctx, req("k3", "v"))
 	require.NoError(t, err)
-	require.Equal(t, strategy.OutcomeHeld, res.Outcome, "node 1 now has no unit left")
-
-	for node := 0; node < 2; node++ {
-		_, err = dep.Node(node).Reserve(ctx, key)
-		require.ErrorIs(t, err, memquota.ErrInFlight, "node %d, plain", node)
-		s := open(t, ctx, dep, node)
-		_, err = s.Reserve(ctx, key)
-		require.ErrorIs(t, err, memquota.ErrInFlight, "node %d, held open", node)
-		require.NoError(t, s.Rollback(ctx))
-	}
-	res, err = dep.Node(0).Reserve(ctx, user)
-	require.NoError(t, err)
-	require.Equal(t, strategy.OutcomeUserLimit, res.Outcome, "plain")
-	s := open(t, ctx, dep, 0)
-	res, err = s.Reserve(ctx, user)
-	require.NoError(t, err)
-	require.Equal(t, strategy.OutcomeUserLimit, res.Outcome, "held open")
-	require.NoError(t, s.Rollback(ctx))
-	a := audit(t, dep)
-	require.Equal(t, 1, a.Nodes[0].Available, "the refused requests gave their units back")
-	require.Equal(t, 0, a.Nodes[1].Available)
+	require.Equal(t, strategy.OutcomeHeld, res.Outcome, "another key and user does not wait")
 
 	require.NoError(t, t1.Commit(ctx))
-	for node := 0; node < 2; node++ {
-		res, err = dep.Node(node).Reserve(ctx, key)
-		require.NoError(t, err)
-		require.Equal(t, strategy.OutcomeReplay, res.Outcome, "node %d", node)
-	}
-	res, err = dep.Node(0).Reserve(ctx, user)
+	require.Equal(t, map[string]strategy.Outcome{
+		"key on node 0": strategy.OutcomeReplay, "key on node 1 (no unit)": strategy.OutcomeReplay,
+		"user's other key": strategy.OutcomeUserLimit, "key held open": strategy.OutcomeReplay,
+	}, collect(replies, 4))
+	require.NoError(t, t2.Rollback(ctx))
+
+	t3 := open(t, ctx, dep, 0)
+	res, err = t3.Reserve(ctx, req("r", "w"))
 	require.NoError(t, err)
-	require.Equal(t, strategy.OutcomeUserLimit, res.Outcome)
-	a = audit(t, dep)
-	require.Equal(t, 2, a.Active)
+	require.Equal(t, strategy.OutcomeHeld, res.Outcome)
+	start(replies, "key on node 1 (no unit)", func() (strategy.Result, error) { return dep.Node(1).Reserve(ctx, req("r", "w")) })
+	start(replies, "user's other key", func() (strategy.Result, error) { return dep.Node(0).Reserve(ctx, req("r2", "w")) })
+	awaitBlocked(t, admin, t3.Backends()[0], 2)
+	require.NoError(t, t3.Rollback(ctx))
+	require.Equal(t, map[string]strategy.Outcome{
+		"key on node 1 (no unit)": strategy.OutcomeSoldOut, "user's other key": strategy.OutcomeHeld,
+	}, collect(replies, 2))
+
+	a := audit(t, dep)
+	require.Equal(t, 9, a.Active, "node 1's 6, k, k3 and r2")
 	require.Equal(t, 0, a.Drift())
 }
 
