@@ -115,8 +115,8 @@
 //     (TestSameKeyReachesUserIndexFirst fails with that change).
 //   - REPEATABLE READ or SERIALIZABLE without retries: a waiter whose snapshot
 //     predates the holder's commit fails with 40001 instead of re-evaluating
-//     (TestIsolationWaiterAfterCommit; TestIsolationContention: 74 to 98 of
-//     120 requests failed in our runs). Options.Isolation selects those levels, and the
+//     (TestIsolationWaiterAfterCommit; in TestIsolationContention most of the
+//     120 requests fail, 74 to 104 in our runs). Options.Isolation selects those levels, and the
 //     whole transaction is then retried up to Options.MaxRetries times with a
 //     jittered pause; with retries the counts are exact again (HELD 40,
 //     SOLD_OUT 80) and Deployment.Retries reports the cost. A Session never
