@@ -68,6 +68,8 @@ const (
 	// schemaLockKey serialises concurrent schema creation.
 	schemaLockKey = 7283001
 
+	countStockSQL = `SELECT count(*) FROM advisorylock_stock WHERE sku = ANY($1)`
+
 	insertStockSQL = `INSERT INTO advisorylock_stock (sku, total) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
 
 	// lockSKUSQL takes the SKU's lock until the transaction ends. The
@@ -117,6 +119,16 @@ const (
 func Open(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Attach {
+		var n int
+		if err := cfg.DB.QueryRow(ctx, countStockSQL, cfg.SKUs()).Scan(&n); err != nil {
+			return nil, fmt.Errorf("advisorylock: attach: %w", err)
+		}
+		if n != len(cfg.Stock) {
+			return nil, fmt.Errorf("advisorylock: attach: %w: %d of %d SKUs have stock", strategy.ErrConfig, n, len(cfg.Stock))
+		}
+		return &deployment{db: cfg.DB, skus: cfg.SKUs(), nodes: cfg.NodeCount()}, nil
 	}
 	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey); err != nil {
@@ -311,8 +323,14 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-func (n *node) ExpireDue(ctx context.Context) (int, error) {
-	tag, err := n.d.db.Exec(ctx, expireSQL, n.d.skus)
+func (n *node) ExpireDue(ctx context.Context) (int, error) { return expireIn(ctx, n.d.db, n.d.skus) }
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func expireIn(ctx context.Context, db execer, skus []string) (int, error) {
+	tag, err := db.Exec(ctx, expireSQL, skus)
 	if err != nil {
 		return 0, fmt.Errorf("advisorylock: expire: %w", err)
 	}
@@ -329,14 +347,20 @@ func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
 		conn.Release()
 		return nil, fmt.Errorf("advisorylock: session: %w", err)
 	}
-	return &session{conn: conn, tx: tx}, nil
+	return &session{conn: conn, tx: tx, skus: n.d.skus}, nil
 }
 
 type session struct {
 	conn *pgxpool.Conn
 	tx   pgx.Tx
+	skus []string
 	done bool
 }
+
+var _ strategy.SessionExpirer = (*session)(nil)
+
+// ExpireDue runs the expiry job inside the session (kill-release scenario).
+func (s *session) ExpireDue(ctx context.Context) (int, error) { return expireIn(ctx, s.tx, s.skus) }
 
 func (s *session) Backends() []uint32 { return []uint32{s.conn.Conn().PgConn().PID()} }
 

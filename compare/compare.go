@@ -37,6 +37,11 @@ type Options struct {
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
 	Database func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, done func(), err error)
+	// ExclusiveDatabase gives a strategy a database on a server nothing else
+	// uses, with control over that server, for the scenarios marked
+	// exclusive_server (crash, commit timeout). Those scenarios run one
+	// strategy at a time. Nil: they are reported as not supported.
+	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv scenario.ServerControl, done func(), err error)
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -122,7 +127,14 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	sr := &StrategyReport{Meta: meta}
 	start := time.Now()
 	for _, in := range scenarios {
-		r, err := scenario.Run(ctx, scenario.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}, in)
+		env := scenario.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
+		var r *scenario.Result
+		var err error
+		if in.ExclusiveServer {
+			r, err = runExclusive(ctx, opts, env, in)
+		} else {
+			r, err = scenario.Run(ctx, env, in)
+		}
 		if err != nil {
 			return sr, fmt.Errorf("compare: %w", err)
 		}
@@ -135,6 +147,24 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return sr, nil
+}
+
+// exclusive serialises the scenarios that crash or reconfigure their server.
+var exclusive sync.Mutex
+
+func runExclusive(ctx context.Context, opts Options, env scenario.Env, in *scenario.Input) (*scenario.Result, error) {
+	if opts.ExclusiveDatabase == nil {
+		return scenario.Run(ctx, env, in) // Env.Server is nil: reported as not supported
+	}
+	exclusive.Lock()
+	defer exclusive.Unlock()
+	db, admin, srv, done, err := opts.ExclusiveDatabase(ctx, env.Meta.Name)
+	if err != nil {
+		return nil, fmt.Errorf("exclusive database for %s: %w", env.Meta.Name, err)
+	}
+	defer done()
+	env.DB, env.Admin, env.Server = db, admin, srv
+	return scenario.Run(ctx, env, in)
 }
 
 // ordered sorts scenarios by the seed's case number, then name; scenarios

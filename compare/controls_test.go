@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/compare"
+	"github.com/reservebench/reservebench/internal/scenario"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -57,11 +58,20 @@ func controls() []*compare.ControlReport {
 		mk("ctl-split-release", "C28-11",
 			"the expiry job returns stock in one transaction and moves status in another; it dies between them and is rerun",
 			splitRelease,
-			compare.Expectation{Scenario: "expiry-replay", Claim: strategy.ReturnOnce}),
+			compare.Expectation{Scenario: "expiry-replay", Claim: strategy.ReturnOnce},
+			compare.Expectation{Scenario: "kill-release", Claim: strategy.ReturnOnce}),
 		mk("ctl-check-then-insert", "C28-12",
 			"the one-per-user rule is a SELECT before the INSERT, without the partial unique index",
 			checkThenInsert,
 			compare.Expectation{Scenario: "same-user", Claim: strategy.OneActivePerUser}),
+	}
+}
+
+// The controls run in helper processes too (the kill scenarios), which find
+// strategies by name.
+func init() {
+	for _, c := range controls() {
+		scenario.RegisterForHelpers(c.Meta)
 	}
 }
 
@@ -80,6 +90,16 @@ func controlMeta(name string, b breakage) strategy.Meta {
 		Open: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
 			if err := cfg.Validate(); err != nil {
 				return nil, err
+			}
+			if cfg.Attach {
+				var n int
+				if err := cfg.DB.QueryRow(ctx, `SELECT count(*) FROM ctl_stock WHERE sku = ANY($1)`, cfg.SKUs()).Scan(&n); err != nil {
+					return nil, err
+				}
+				if n != len(cfg.Stock) {
+					return nil, fmt.Errorf("%w: attach: %d of %d SKUs have stock", strategy.ErrConfig, n, len(cfg.Stock))
+				}
+				return &control{db: cfg.DB, skus: cfg.SKUs(), breaks: b}, nil
 			}
 			err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(2810)`); err != nil {
@@ -241,48 +261,57 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 // ExpireDue is broken in the way the control says; under checkThenInsert it
 // is the correct single-statement job.
 func (c *control) ExpireDue(ctx context.Context) (int, error) {
+	var units int
+	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		var err error
+		units, err = c.expireIn(ctx, tx, true)
+		return err
+	})
+	return units, err
+}
+
+// expireIn runs the expiry job in tx. The split control commits its stock
+// return on its own, outside tx: that is its mistake. In process, its first
+// run dies between the two (simulateDeath); in the kill-release scenario a
+// real SIGKILL does it.
+func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (int, error) {
 	switch c.breaks {
 	case releaseWithoutStatusCheck:
-		var units int
-		err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT reservation_id FROM ctl_reservation WHERE sku = ANY($1) AND expires_at < now()`, c.skus)
-			if err != nil {
-				return err
-			}
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `UPDATE ctl_reservation SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`, ids); err != nil {
-				return err
-			}
-			units = len(ids)
-			return c.giveBack(ctx, tx, ids)
-		})
-		return units, err
+		rows, err := tx.Query(ctx, `SELECT reservation_id FROM ctl_reservation WHERE sku = ANY($1) AND expires_at < now()`, c.skus)
+		if err != nil {
+			return 0, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ctl_reservation SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`, ids); err != nil {
+			return 0, err
+		}
+		return len(ids), c.giveBack(ctx, tx, ids)
 	case splitRelease:
 		var ids []int64
-		err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `SELECT reservation_id FROM ctl_reservation WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()`, c.skus)
+		err := pgx.BeginFunc(ctx, c.db, func(first pgx.Tx) error {
+			rows, err := first.Query(ctx, `SELECT reservation_id FROM ctl_reservation WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()`, c.skus)
 			if err != nil {
 				return err
 			}
 			if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 				return err
 			}
-			return c.giveBack(ctx, tx, ids)
+			return c.giveBack(ctx, first, ids)
 		})
 		if err != nil {
 			return 0, err
 		}
-		if len(ids) > 0 && c.firstRunDied.CompareAndSwap(false, true) {
+		if simulateDeath && len(ids) > 0 && c.firstRunDied.CompareAndSwap(false, true) {
 			return 0, errors.New("release job killed between its two transactions (simulated)")
 		}
-		_, err = c.db.Exec(ctx, `UPDATE ctl_reservation SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`, ids)
+		_, err = tx.Exec(ctx, `UPDATE ctl_reservation SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`, ids)
 		return len(ids), err
 	default:
 		var units int
-		err := c.db.QueryRow(ctx, `
+		err := tx.QueryRow(ctx, `
 			WITH moved AS (
 				UPDATE ctl_reservation SET status = 'EXPIRED'
 				WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now() RETURNING sku),
@@ -330,6 +359,12 @@ func (s *controlSession) Reserve(ctx context.Context, req strategy.Request) (str
 		return strategy.BadRequest(err)
 	}
 	return s.c.reserveIn(ctx, s.tx, req)
+}
+
+// ExpireDue runs the job inside the session: the helper process of the
+// kill-release scenario dies before Commit.
+func (s *controlSession) ExpireDue(ctx context.Context) (int, error) {
+	return s.c.expireIn(ctx, s.tx, false)
 }
 
 func (s *controlSession) end(ctx context.Context, commit bool) error {

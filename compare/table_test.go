@@ -2,6 +2,7 @@ package compare_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,7 +43,8 @@ func TestTable28_1(t *testing.T) {
 	newDB := databases(t, srv)
 
 	start := time.Now()
-	rep, err := compare.Run(ctx, compare.Options{Short: testing.Short(), Database: newDB, Logf: t.Logf, Parallel: 2})
+	exclusiveDB := exclusiveDatabases(t)
+	rep, err := compare.Run(ctx, compare.Options{Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +55,8 @@ func TestTable28_1(t *testing.T) {
 	}
 	ctlRep, err := compare.Run(ctx, compare.Options{
 		Strategies: metas,
-		Scenarios:  []*scenario.Input{scenario.Must("expiry-replay"), scenario.Must("same-user")},
-		Short:      testing.Short(), Database: newDB, Logf: t.Logf, Parallel: 2,
+		Scenarios:  []*scenario.Input{scenario.Must("expiry-replay"), scenario.Must("same-user"), scenario.Must("kill-release")},
+		Short:      testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +108,37 @@ func databases(t *testing.T, srv *pgtest.Server) func(ctx context.Context, name 
 			}
 		}
 		return db, admin, done, nil
+	}
+}
+
+// exclusiveDatabases starts a cluster of the harness's own for the scenarios
+// that crash or reconfigure the server; it is stopped when the test ends.
+// Without local binaries (a user's DSN, or only Docker) those scenarios are
+// reported as not supported.
+func exclusiveDatabases(t *testing.T) func(context.Context, string) (*pgxpool.Pool, *pgxpool.Pool, scenario.ServerControl, func(), error) {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		t.Logf("%s is set: the crash and commit-timeout scenarios need a server of their own and are skipped", pgtest.EnvDSN)
+		return nil
+	}
+	var srv *pgtest.Server
+	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, scenario.ServerControl, func(), error) {
+		if srv == nil {
+			s, err := pgtest.Start(ctx, pgtest.Options{})
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			t.Cleanup(func() {
+				if err := s.Stop(); err != nil {
+					t.Errorf("stop the exclusive server: %v", err)
+				}
+			})
+			if s.Kind != pgtest.KindLocal {
+				return nil, nil, nil, nil, fmt.Errorf("the exclusive server is a %s server, not a local cluster", s.Kind)
+			}
+			srv = s
+		}
+		db, admin, done, err := databases(t, srv)(ctx, name)
+		return db, admin, srv, done, err
 	}
 }
 

@@ -235,6 +235,16 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	return s.d.reserveIn(ctx, s.tx, req, true)
 }
 
+// ExpireDue runs the expiry job inside the session's transaction: its slots
+// come free only if the session commits (the kill-release scenario kills the
+// process first).
+func (s *session) ExpireDue(ctx context.Context) (int, error) {
+	if s.ended {
+		return 0, errSessionEnded
+	}
+	return s.d.expireIn(ctx, s.tx)
+}
+
 func (s *session) Commit(ctx context.Context) error {
 	if s.ended {
 		return errSessionEnded

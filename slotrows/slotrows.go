@@ -97,6 +97,7 @@ const (
 	// an Open wait for every write in flight.
 	sqlSchemaDone = `SELECT to_regclass('slotrows_slot_free') IS NOT NULL`
 	// sqlInsertSKU inserts the SKU row; no row back means the SKU exists.
+	sqlCountSKUs = `SELECT count(*) FROM slotrows_sku WHERE sku = ANY($1)`
 	sqlInsertSKU = `INSERT INTO slotrows_sku (sku, total) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
 	// sqlInsertSlots pre-splits the stock: one free slot per unit.
 	sqlInsertSlots = `INSERT INTO slotrows_slot (sku, slot_no) SELECT $1, g FROM generate_series(1, $2::int) AS g`
@@ -131,7 +132,20 @@ func open(ctx context.Context, cfg strategy.Config, opts Options) (strategy.Depl
 			return nil, fmt.Errorf("slotrows: open: create schema: %w", err)
 		}
 	}
+	if cfg.Attach {
+		// Another process loaded this stock: check it is there, write nothing.
+		var n int
+		if err := tx.QueryRow(ctx, sqlCountSKUs, cfg.SKUs()).Scan(&n); err != nil {
+			return nil, fmt.Errorf("slotrows: attach: %w", err)
+		}
+		if n != len(cfg.Stock) {
+			return nil, fmt.Errorf("slotrows: attach: %w: %d of %d SKUs have stock", strategy.ErrConfig, n, len(cfg.Stock))
+		}
+	}
 	for _, s := range cfg.Stock {
+		if cfg.Attach {
+			break
+		}
 		tag, err := tx.Exec(ctx, sqlInsertSKU, s.SKU, s.Total)
 		if err != nil {
 			return nil, fmt.Errorf("slotrows: open: insert sku %q: %w", s.SKU, err)
@@ -216,14 +230,15 @@ type node struct {
 }
 
 var (
-	_ strategy.Strategy      = (*node)(nil)
-	_ strategy.Confirmer     = (*node)(nil)
-	_ strategy.Releaser      = (*node)(nil)
-	_ strategy.Expirer       = (*node)(nil)
-	_ strategy.SessionOpener = (*node)(nil)
-	_ strategy.Session       = (*session)(nil)
-	_ strategy.Deployment    = (*deployment)(nil)
-	_ strategy.Ager          = (*deployment)(nil)
+	_ strategy.Strategy       = (*node)(nil)
+	_ strategy.Confirmer      = (*node)(nil)
+	_ strategy.Releaser       = (*node)(nil)
+	_ strategy.Expirer        = (*node)(nil)
+	_ strategy.SessionOpener  = (*node)(nil)
+	_ strategy.Session        = (*session)(nil)
+	_ strategy.SessionExpirer = (*session)(nil)
+	_ strategy.Deployment     = (*deployment)(nil)
+	_ strategy.Ager           = (*deployment)(nil)
 )
 
 // readCommitted is the isolation of every reservation attempt, whatever the

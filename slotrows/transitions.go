@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -121,8 +123,16 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if n.d.closed.Load() {
 		return 0, errClosed
 	}
+	return n.d.expireIn(ctx, n.d.db)
+}
+
+// expireIn runs the expiry statement on db: the pool, or a session's
+// transaction.
+func (d *deployment) expireIn(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int, error) {
 	var units int
-	if err := n.d.db.QueryRow(ctx, sqlExpireDue, n.d.skus).Scan(&units); err != nil {
+	if err := db.QueryRow(ctx, sqlExpireDue, d.skus).Scan(&units); err != nil {
 		return 0, fmt.Errorf("slotrows: expire due: %w", err)
 	}
 	return units, nil

@@ -103,6 +103,16 @@ type Session interface {
 	Rollback(ctx context.Context) error
 }
 
+// SessionExpirer is implemented by sessions that can run the expiry job
+// inside the held-open transaction: the harness runs it in a helper process
+// and kills that process between the job's work and its commit (seed
+// C28-09). Without it, the kill-mid-release scenario is skipped.
+type SessionExpirer interface {
+	// ExpireDue is Expirer.ExpireDue inside the session's transaction: the
+	// units it reports come back only if the session commits.
+	ExpireDue(ctx context.Context) (units int, err error)
+}
+
 // Deployment is a strategy deployed over one database: its nodes, its stock
 // and the audit of its durable state. A Deployment covers exactly the SKUs of
 // its Config; several Deployments with disjoint SKUs may share a database.
@@ -155,6 +165,13 @@ type Config struct {
 	// Nodes is the number of nodes serving the stock; 0 means 1. Strategies
 	// that split stock across nodes give node i the share ShareOf(total, Nodes, i).
 	Nodes int
+
+	// Attach opens a deployment over stock that another process already
+	// loaded with the same Stock and Nodes: a second process of the same
+	// service, as the fault scenarios run one to kill it. Nothing is
+	// written; a SKU that has no stock yet is an ErrConfig error. Whatever a
+	// strategy keeps in memory starts the way a restart would start it.
+	Attach bool
 }
 
 // ErrStockExists is returned by Meta.Open when a SKU of the Config already

@@ -232,13 +232,40 @@ func Shared(tb testing.TB) *Server {
 	return shared.srv
 }
 
+// EnvHelper names the helper-process entry point a test binary re-executed by
+// a test should run instead of its tests (the os/exec test pattern).
+const EnvHelper = "RESERVEBENCH_HELPER"
+
+var helpers = map[string]func() int{}
+
+// RegisterHelper registers a helper-process entry point, from an init
+// function. When a test binary whose TestMain calls Main is started with
+// RESERVEBENCH_HELPER=name, Main runs fn instead of the tests and exits with
+// its code. Fault scenarios use it to run a client in a process they can
+// SIGKILL.
+func RegisterHelper(name string, fn func() int) {
+	if _, dup := helpers[name]; dup {
+		panic("pgtest: helper registered twice: " + name)
+	}
+	helpers[name] = fn
+}
+
 // Main runs the tests of a package and stops the shared server afterwards:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
 // Without it the guard process still stops the server when the test binary
-// exits, a moment later.
+// exits, a moment later. When RESERVEBENCH_HELPER names a registered helper,
+// Main runs that instead of the tests.
 func Main(m *testing.M) {
+	if name := os.Getenv(EnvHelper); name != "" {
+		fn, ok := helpers[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "pgtest: %s=%q: no such helper in this test binary\n", EnvHelper, name)
+			os.Exit(3)
+		}
+		os.Exit(fn())
+	}
 	code := m.Run()
 	if shared.srv != nil {
 		if err := shared.srv.Stop(); err != nil {

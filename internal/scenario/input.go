@@ -31,6 +31,10 @@ const (
 	KindReleaseReplay   = "release-replay"    // C28-07, for Release
 	KindInterleave      = "interleave"        // attempts held open, every ordering of their steps
 	KindBadInput        = "bad-input"         // malformed requests
+	KindKillRelease     = "kill-release"      // C28-09: a release process killed before commit
+	KindKillReserve     = "kill-reserve"      // a process holding uncommitted reservations killed
+	KindServerCrash     = "server-crash"      // pg_ctl stop -m immediate under load, then restart
+	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
 )
 
 // Input is one scenario file.
@@ -57,6 +61,16 @@ type Input struct {
 	Held     int `json:"held,omitempty"`      // reservations made first
 	FirstDue int `json:"first_due,omitempty"` // how many of them expire in the first round
 	Workers  int `json:"workers,omitempty"`   // concurrent replays / confirmers / releasers
+
+	// Fault kinds. KillPoints (kill-release, kill-reserve) and CrashAfter
+	// (server-crash: acknowledged reservations before the crash) are cycled
+	// through by trial number.
+	KillPoints []string `json:"kill_points,omitempty"`
+	CrashAfter []int    `json:"crash_after,omitempty"`
+	Requests   int      `json:"requests,omitempty"` // server-crash, commit-timeout: requests sent
+	// ExclusiveServer marks scenarios that crash or reconfigure the server:
+	// they run only where the harness has a server of their own (Env.Server).
+	ExclusiveServer bool `json:"exclusive_server,omitempty"`
 
 	// KindInterleave.
 	Sessions  []SessionInput `json:"sessions,omitempty"`
@@ -266,6 +280,25 @@ func (in *Input) Validate() error {
 			}
 		}
 	case KindBadInput:
+	case KindKillRelease, KindKillReserve:
+		if in.Held < 1 || len(in.KillPoints) == 0 {
+			return bad("need held >= 1 and kill_points")
+		}
+		for _, k := range in.KillPoints {
+			if k != KillBefore && k != KillUncommitted {
+				return bad("kill point %q: want %q or %q", k, KillBefore, KillUncommitted)
+			}
+		}
+		if in.Kind == KindKillRelease && (in.FirstDue < 1 || in.FirstDue > in.Held) {
+			return bad("need 1 <= first_due <= held")
+		}
+	case KindServerCrash, KindCommitTimeout:
+		if in.Requests < 1 || in.Workers < 1 || !in.ExclusiveServer {
+			return bad("need requests >= 1, workers >= 1 and exclusive_server")
+		}
+		if in.Kind == KindServerCrash && len(in.CrashAfter) == 0 {
+			return bad("need crash_after")
+		}
 	default:
 		return bad("unknown kind %q", in.Kind)
 	}

@@ -37,6 +37,17 @@ type Env struct {
 	// StepTimeout bounds how long an interleaving step may neither finish
 	// nor be seen blocked in PostgreSQL (default 20s).
 	StepTimeout time.Duration
+	// Server lets scenarios marked exclusive_server crash, restart and
+	// reconfigure the server DB lives on. Only for a server nothing else
+	// uses; without it those scenarios are skipped.
+	Server ServerControl
+}
+
+// ServerControl is what the exclusive-server scenarios do to the server
+// (internal/pgtest.Server implements it for clusters it started).
+type ServerControl interface {
+	Crash(ctx context.Context) error
+	Restart(ctx context.Context) error
 }
 
 // ErrSetup is matched by errors of the harness or the database, as opposed to
@@ -128,6 +139,14 @@ func runnerFor(kind string) (runnerFunc, needsFunc) {
 		return runInterleave, needs(capSessions)
 	case KindBadInput:
 		return runBadInput, none
+	case KindKillRelease:
+		return runKillRelease, needs(capExpirer, capAger, capSessions, capSessionExpirer, capHelper)
+	case KindKillReserve:
+		return runKillReserve, needs(capSessions, capHelper)
+	case KindServerCrash:
+		return runServerCrash, needs(capServer)
+	case KindCommitTimeout:
+		return runCommitTimeout, needs(capServer)
 	}
 	panic("scenario: no runner for kind " + kind) // Validate rejects unknown kinds
 }
@@ -143,6 +162,22 @@ var (
 	capReleaser  = capability{"Releaser", func(t *trial) bool { _, ok := t.node(0).(strategy.Releaser); return ok }}
 	capSessions  = capability{"SessionOpener", func(t *trial) bool { _, ok := t.node(0).(strategy.SessionOpener); return ok }}
 	capAger      = capability{"Ager (on the Deployment)", func(t *trial) bool { _, ok := t.dep.(strategy.Ager); return ok }}
+	capServer    = capability{"a server of its own (run by compare, not by the conformance kit)", func(t *trial) bool { return t.env.Server != nil }}
+	capHelper    = capability{"registration where a helper process can find it (strategy.Register, or scenario.RegisterForHelpers)", func(t *trial) bool { return helperCanFind(t.env.Meta.Name) }}
+	// capSessionExpirer probes a real session, which it rolls back.
+	capSessionExpirer = capability{"SessionExpirer (on the Session)", func(t *trial) bool {
+		opener, ok := t.node(0).(strategy.SessionOpener)
+		if !ok {
+			return false
+		}
+		s, err := opener.OpenSession(context.Background())
+		if err != nil {
+			return false
+		}
+		defer s.Rollback(context.Background())
+		_, ok = s.(strategy.SessionExpirer)
+		return ok
+	}}
 )
 
 func needs(caps ...capability) needsFunc {

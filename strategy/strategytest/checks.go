@@ -105,6 +105,25 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 	}
 	checkAudit("after one reservation", 4, 1)
 
+	// A second process attaches to the same stock: nothing written, same state.
+	attached, err := meta.Open(ctx, strategy.Config{DB: db, Nodes: 2, Attach: true, Stock: cfg.Stock})
+	if err != nil {
+		t.Fatalf("Open with Attach over existing stock: %v", err)
+	}
+	if got, err := attached.Node(1).Lookup(ctx, "kit-k1-"+sku); err != nil || got.Status != strategy.StatusHeld {
+		t.Errorf("Lookup through an attached deployment: %+v, %v; want HELD", got, err)
+	}
+	if err := attached.Close(); err != nil {
+		t.Errorf("Close of the attached deployment: %v", err)
+	}
+	checkAudit("after another deployment attached", 4, 1)
+	if d, err := meta.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
+		_ = d.Close()
+		t.Errorf("Open with Attach over a SKU that has no stock: no error, want strategy.ErrConfig")
+	} else if !errors.Is(err, strategy.ErrConfig) {
+		t.Errorf("Open with Attach over a SKU that has no stock: %v, want strategy.ErrConfig", err)
+	}
+
 	for i := 0; i < 2; i++ {
 		if err := dep.Restart(ctx, i); err != nil {
 			t.Fatalf("Restart(%d): %v", i, err)

@@ -49,6 +49,14 @@ func fakeMeta(name string, broken bool) strategy.Meta {
 			st.mu.Lock()
 			defer st.mu.Unlock()
 			st.broken = broken
+			if cfg.Attach {
+				for _, s := range cfg.Stock {
+					if st.stock[s.SKU] == nil {
+						return nil, fmt.Errorf("%w: attach: no stock for %s", strategy.ErrConfig, s.SKU)
+					}
+				}
+				return &fakeDeployment{store: st, skus: cfg.SKUs(), nodes: cfg.NodeCount()}, nil
+			}
 			for _, s := range cfg.Stock {
 				if st.stock[s.SKU] != nil {
 					return nil, fmt.Errorf("%w: %s", strategy.ErrStockExists, s.SKU)
