@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -65,6 +66,12 @@ var (
 // and starts the nodes with their shares. A SKU that already has stock fails
 // the whole Open with an error matching strategy.ErrStockExists, and nothing
 // is written.
+//
+// With cfg.Attach it writes nothing: the stock must be there already, with
+// the same totals and number of nodes (else an error matching
+// strategy.ErrConfig), and the nodes start as a restart would start them.
+// They are a second process holding the same shares: from config, the
+// whole shares again (an oversell waiting to happen, as in a restart).
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,12 +79,18 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	if opts.Restart != FromConfig && opts.Restart != FromLog {
 		return nil, fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, opts.Restart)
 	}
-	if err := ensureSchema(ctx, cfg.DB); err != nil {
-		return nil, err
-	}
 	n := cfg.NodeCount()
-	if err := writeStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
-		return nil, err
+	if cfg.Attach {
+		if err := checkStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := ensureSchema(ctx, cfg.DB); err != nil {
+			return nil, err
+		}
+		if err := writeStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
+			return nil, err
+		}
 	}
 	d := &Deployment{
 		db:    cfg.DB,
@@ -109,6 +122,48 @@ func ensureSchema(ctx context.Context, db *pgxpool.Pool) error {
 	})
 	if err != nil {
 		return fmt.Errorf("memquota: create schema: %w", err)
+	}
+	return nil
+}
+
+const checkStockSQL = `SELECT sku, total, nodes FROM memquota_stock WHERE sku = ANY($1)`
+
+// checkStock verifies, for Attach, that every SKU has the stock and nodes the
+// config says.
+func checkStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, nodes int) error {
+	skus := make([]string, len(stock))
+	for i, s := range stock {
+		skus[i] = s.SKU
+	}
+	rows, err := db.Query(ctx, checkStockSQL, skus)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: nothing was ever loaded
+			return fmt.Errorf("memquota: %w: attach: no stock for %q", strategy.ErrConfig, skus)
+		}
+		return fmt.Errorf("memquota: attach: %w", err)
+	}
+	type row struct {
+		SKU          string
+		Total, Nodes int32
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return fmt.Errorf("memquota: attach: %w", err)
+	}
+	have := make(map[string]row, len(found))
+	for _, r := range found {
+		have[r.SKU] = r
+	}
+	for _, s := range stock {
+		r, ok := have[s.SKU]
+		switch {
+		case !ok:
+			return fmt.Errorf("memquota: %w: attach: no stock for sku %q", strategy.ErrConfig, s.SKU)
+		case int(r.Total) != s.Total || int(r.Nodes) != nodes:
+			return fmt.Errorf("memquota: %w: attach: sku %q has %d units over %d nodes, the config says %d over %d",
+				strategy.ErrConfig, s.SKU, r.Total, r.Nodes, s.Total, nodes)
+		}
 	}
 	return nil
 }

@@ -385,6 +385,24 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	return units, nil
 }
 
+// owned is a row a transition moved out of HELD: the node that sold it and
+// its SKU, where its unit goes back to.
+type owned struct {
+	Node int32
+	SKU  string
+}
+
+// moveRows runs a transition statement and returns the rows it moved.
+func moveRows(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, stmt string, args ...any) ([]owned, error) {
+	rows, err := q.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[owned])
+}
+
 // transition runs a statement that moves rows out of HELD and returns their
 // (node, sku), and gives one unit back per returned row. Between the commit
 // and the give-back the unit is in neither place: a process dying there loses
@@ -395,15 +413,7 @@ func (n *node) transition(ctx context.Context, stmt string, args ...any) (int, e
 	if n.dead.Load() {
 		return 0, ErrNodeClosed
 	}
-	rows, err := n.d.db.Query(ctx, stmt, args...)
-	if err != nil {
-		return 0, err
-	}
-	type owned struct {
-		Node int32
-		SKU  string
-	}
-	moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[owned])
+	moved, err := moveRows(ctx, n.d.db, stmt, args...)
 	if err != nil {
 		// The statement may have committed: the units stay out of memory
 		// (lost, not doubled) and the caller learns nothing was counted.

@@ -34,12 +34,16 @@ type session struct {
 	tx   pgx.Tx
 	pid  uint32
 
-	mu    sync.Mutex
-	taken []string // SKUs of the units this attempt took from n's counters
-	ended bool
+	mu       sync.Mutex
+	taken    []string // SKUs of the units this attempt took from n's counters
+	returned []owned  // units its expiry job moved out of HELD, given back on commit
+	ended    bool
 }
 
-var _ strategy.Session = (*session)(nil)
+var (
+	_ strategy.Session        = (*session)(nil)
+	_ strategy.SessionExpirer = (*session)(nil)
+)
 
 // OpenSession starts an attempt held open on a dedicated connection from the
 // deployment's pool.
@@ -84,7 +88,29 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	return res, err
 }
 
-// Commit commits the attempt; its units stay sold. If the node was restarted
+// ExpireDue runs the expiry job inside the session's transaction. The units
+// it reports go back to their nodes' counters when the session commits, and
+// not at all if it rolls back (or its process is killed before the commit:
+// the rows then stay HELD, and a rerun expires them once).
+func (s *session) ExpireDue(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return 0, errSessionEnded
+	}
+	if s.n.dead.Load() {
+		return 0, ErrNodeClosed
+	}
+	moved, err := moveRows(ctx, s.tx, expireSQL, s.n.d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("memquota: expire: %w", err)
+	}
+	s.returned = append(s.returned, moved...)
+	return len(moved), nil
+}
+
+// Commit commits the attempt; its units stay sold, and the units its expiry
+// job moved go back to the nodes that sold them. If the node was restarted
 // meanwhile, the attempt died with the old process: it is rolled back and
 // Commit returns ErrNodeClosed. A commit the server turned into a rollback
 // gives the units back; a commit whose fate is unknown keeps them out of
@@ -110,6 +136,10 @@ func (s *session) Commit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("memquota: commit: %w", err)
 	}
+	for _, m := range s.returned {
+		s.n.d.giveBack(int(m.Node), m.SKU)
+	}
+	s.returned = nil
 	return nil
 }
 
