@@ -46,6 +46,9 @@ type Deployment struct {
 	// log, so no unit is in flight between the two while it counts.
 	life sync.RWMutex
 
+	// settleMu lets one goroutine at a time settle the units in doubt.
+	settleMu sync.Mutex
+
 	// crashAfterDecrement is the fault-injection point of the tests
 	// (export_test.go): when it returns true for a request, the reserve
 	// "dies" after the in-memory decrement and before the sales-log insert,
@@ -391,4 +394,110 @@ func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 		return 0, fmt.Errorf("memquota: make due: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// settleSQL tells, for each unit in doubt, whether the backend that ran its
+// insert is still there (its transaction may still commit) and whether the
+// log has the row it inserted. A backend whose pid is gone has finished its
+// transaction; a pid that is still there, or taken again, only delays the
+// answer.
+const settleSQL = `
+SELECT k.ord,
+       EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = k.pid),
+       EXISTS (SELECT 1 FROM memquota_sale s WHERE s.request_key = k.key AND s.attempt = k.attempt)
+FROM unnest($1::text[], $2::int4[], $3::int8[]) WITH ORDINALITY AS k (key, pid, attempt, ord)`
+
+// Settle resolves the units in doubt: units taken from a counter for a
+// sales-log row whose insert, or whose session's commit, failed without
+// telling whether it committed (the connection broke, the server crashed,
+// the deadline passed during COMMIT). Until then they are out of the counter
+// and in no row the node knows of: the audit shows them as positive drift.
+// Once the backend that ran the insert is gone, the log has the answer: the
+// row is there (the unit is sold) or not (the unit goes back to the node's
+// counter). A unit whose backend is still running stays in doubt. Settle
+// returns the units it gave back.
+//
+// Nodes settle by themselves: the first request on any node after a unit
+// fell in doubt settles the deployment's doubts first (a database outage
+// ends with the first request that reaches the database again). A FromLog
+// restart drops the node's doubts with the rest of its memory.
+func (d *Deployment) Settle(ctx context.Context) (int, error) {
+	d.life.RLock()
+	defer d.life.RUnlock()
+	d.settleMu.Lock()
+	defer d.settleMu.Unlock()
+	return d.settle(ctx)
+}
+
+// settleSome settles the doubts if there are any and no one else is
+// settling. The caller holds d.life shared.
+func (d *Deployment) settleSome(ctx context.Context) {
+	pending := false
+	for i := range d.nodes {
+		if d.nodes[i].Load().ndoubt.Load() > 0 {
+			pending = true
+		}
+	}
+	if !pending || !d.settleMu.TryLock() {
+		return
+	}
+	defer d.settleMu.Unlock()
+	_, _ = d.settle(ctx) // the database may still be away: the next request tries again
+}
+
+// settle does Settle's work; the caller holds d.life shared and d.settleMu.
+func (d *Deployment) settle(ctx context.Context) (int, error) {
+	type pending struct {
+		n *node
+		doubt
+	}
+	var all []pending
+	var keys []string
+	var pids []int32
+	var attempts []int64
+	for i := range d.nodes {
+		n := d.nodes[i].Load()
+		n.dmu.Lock()
+		for _, x := range n.doubts {
+			all = append(all, pending{n, x})
+			keys, pids, attempts = append(keys, x.key), append(pids, int32(x.pid)), append(attempts, x.attempt)
+		}
+		n.dmu.Unlock()
+	}
+	if len(all) == 0 {
+		return 0, nil
+	}
+	rows, err := d.db.Query(ctx, settleSQL, keys, pids, attempts)
+	if err != nil {
+		return 0, fmt.Errorf("memquota: settle: %w", err)
+	}
+	type verdict struct {
+		Ord            int64
+		Running, Found bool
+	}
+	verdicts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[verdict])
+	if err != nil {
+		return 0, fmt.Errorf("memquota: settle: %w", err)
+	}
+	back := 0
+	for _, v := range verdicts {
+		if v.Running {
+			continue
+		}
+		p := all[v.Ord-1]
+		p.n.dmu.Lock()
+		for i, x := range p.n.doubts {
+			if x.attempt == p.attempt {
+				p.n.doubts = append(p.n.doubts[:i], p.n.doubts[i+1:]...)
+				break
+			}
+		}
+		p.n.ndoubt.Store(int32(len(p.n.doubts)))
+		p.n.dmu.Unlock()
+		if !v.Found {
+			p.n.counters[p.sku].put()
+			back++
+		}
+	}
+	return back, nil
 }

@@ -25,3 +25,13 @@ func SetCrashAfterDecrement(dep strategy.Deployment, die func(strategy.Request) 
 func SetCrashBeforeGiveBack(dep strategy.Deployment, die bool) {
 	dep.(*Deployment).crashBeforeGiveBack.Store(die)
 }
+
+// InDoubt counts the units in doubt over the deployment's nodes.
+func InDoubt(dep strategy.Deployment) int {
+	d := dep.(*Deployment)
+	n := 0
+	for i := range d.nodes {
+		n += int(d.nodes[i].Load().ndoubt.Load())
+	}
+	return n
+}

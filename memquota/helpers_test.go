@@ -176,3 +176,30 @@ func awaitBlocked(t *testing.T, admin *pgxpool.Pool, pid uint32, n int) {
 		}
 	}
 }
+
+// awaitSyncRep waits until a backend of the database waits for synchronous
+// replication (true), or done has a value (false: the request finished
+// first). done is left for the caller to read.
+func awaitSyncRep(t *testing.T, admin *pgxpool.Pool, done chan error) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'SyncRep'`).Scan(&n)
+		require.NoError(t, err)
+		if n > 0 {
+			return true
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return false
+		case <-ctx.Done():
+			t.Fatal("the request neither finished nor waited for the standby")
+		case <-tick.C:
+		}
+	}
+}

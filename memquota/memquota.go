@@ -58,6 +58,15 @@
 // same way; rerunning it returns nothing, since the rows have moved
 // (TestCrashBeforeGiveBack).
 //
+// Units in doubt (TestInDoubtInsertSettles). An insert whose connection
+// breaks, or whose deadline passes, after it was sent may still commit (a
+// server crash, a COMMIT waiting for a synchronous standby). Giving its unit
+// back could sell it twice, so the unit stays out of the counter, in doubt,
+// and the audit shows it as positive drift until Deployment.Settle reads the
+// outcome from the log once the insert's backend is gone. The next request
+// on any node settles first, so the first request after an outage repairs
+// the counters.
+//
 // Phantom sold-out (TestStrandedShare, TestSessionPhantomSoldOut). A node
 // whose share is gone says SOLD_OUT while another node still has units. An
 // attempt held open has taken its unit from memory without a committed row,

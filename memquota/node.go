@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,28 @@ type node struct {
 
 	fmu     sync.Mutex
 	flights map[string]*flight // requests in flight on this node, by key, user and sku
+
+	dmu    sync.Mutex
+	doubts []doubt      // units taken for inserts whose fate is unknown
+	ndoubt atomic.Int32 // len(doubts), read without the lock
+}
+
+// doubt is a unit taken from a node's counter for a sales-log row whose
+// insert (or commit) failed in a way that does not tell whether it committed:
+// the connection broke, or the deadline passed, after the statement was
+// sent. The unit stays out of the counter until Settle learns the outcome.
+type doubt struct {
+	key     string
+	sku     string
+	pid     uint32 // the backend that ran the insert
+	attempt int64  // the row's attempt column, if it committed
+}
+
+func (n *node) addDoubt(d doubt) {
+	n.dmu.Lock()
+	n.doubts = append(n.doubts, d)
+	n.ndoubt.Store(int32(len(n.doubts)))
+	n.dmu.Unlock()
 }
 
 // flight is one request in flight on a node; identical requests that arrive
@@ -135,12 +158,28 @@ func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy
 	if n.dead.Load() {
 		return strategy.Result{}, ErrNodeClosed
 	}
+	n.d.settleSome(ctx)
 	conn, err := n.d.db.Acquire(ctx)
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
 	}
 	defer conn.Release()
-	return n.reserve(ctx, conn, req, false)
+	a := &attempt{q: conn, pid: conn.Conn().PgConn().PID()}
+	res, err := n.reserve(ctx, a, req)
+	if a.inDoubt {
+		n.addDoubt(doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.id})
+	}
+	return res, err
+}
+
+// attempt is one pass through the reserve path.
+type attempt struct {
+	q    querier
+	held bool   // inside a session: nothing commits before Session.Commit
+	pid  uint32 // the backend q runs on
+
+	id      int64 // set by reserve: the attempt column of the row it inserts
+	inDoubt bool  // set by reserve: the insert failed and may have committed
 }
 
 // insertSQL writes the sales-log row. ON CONFLICT DO NOTHING without a
@@ -158,14 +197,14 @@ func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy
 // unit left see that the key may be on its way into the log (soldOut).
 const insertSQL = `
 WITH hint AS MATERIALIZED (SELECT pg_try_advisory_xact_lock_shared($6))
-INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at)
-SELECT $1, $2, $3, $4, 'HELD', now() + $5::bigint * interval '1 microsecond' FROM hint
+INSERT INTO memquota_sale (request_key, user_id, sku, node, status, expires_at, attempt)
+SELECT $1, $2, $3, $4, 'HELD', now() + $5::bigint * interval '1 microsecond', $7 FROM hint
 ON CONFLICT DO NOTHING
 RETURNING expires_at`
 
-// reserve is the one reserve path, for plain requests (q is a connection of
-// the pool) and attempts held open (q is the session's transaction). The caller holds
-// d.life shared.
+// reserve is the one reserve path, for plain requests (a.q is a connection
+// of the pool) and attempts held open (a.q is the session's transaction).
+// The caller holds d.life shared.
 //
 //  1. Take a unit from the node's counter. None left: answer from the log
 //     (REPLAY or KEY_REUSED when the key is known, else SOLD_OUT), waiting
@@ -173,10 +212,12 @@ RETURNING expires_at`
 //  2. Insert the sales-log row. Refused: the unit goes back to the counter
 //     and the log says why (REPLAY, KEY_REUSED, else USER_LIMIT).
 //  3. Failed: a failure that surely wrote nothing gives the unit back; one
-//     whose fate is unknown (the connection broke after the statement was
-//     sent) keeps it, because a unit lost is visible in the audit and
-//     restored by a FromLog restart, while a unit counted twice is sold twice.
-func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
+//     whose fate is unknown (the connection broke, or the deadline passed,
+//     after the statement was sent) keeps it in doubt until Settle learns
+//     from the log whether the row committed: a unit counted twice would be
+//     sold twice.
+func (n *node) reserve(ctx context.Context, a *attempt, req strategy.Request) (strategy.Result, error) {
+	q, held := a.q, a.held
 	c := n.counters[req.SKU]
 	if !c.take() {
 		return n.soldOut(ctx, q, req, held)
@@ -184,8 +225,9 @@ func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, hel
 	if hook := n.d.crashAfterDecrement.Load(); hook != nil && (*hook)(req) {
 		return strategy.Result{}, errCrashed
 	}
+	a.id = rand.Int64()
 	var expires time.Time
-	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key)).Scan(&expires)
+	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.id).Scan(&expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // refused: the key or the user has a committed row
 		c.put()
@@ -197,6 +239,8 @@ func (n *node) reserve(ctx context.Context, q querier, req strategy.Request, hel
 	case err != nil:
 		if held || wroteNothing(err) {
 			c.put()
+		} else {
+			a.inDoubt = true
 		}
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: insert sale: %w", n.id, err)
 	}

@@ -32,6 +32,9 @@ CREATE TABLE IF NOT EXISTS memquota_sale (
     node        integer     NOT NULL CHECK (node >= 0),
     status      text        NOT NULL CHECK (status IN ('HELD', 'CONFIRMED', 'RELEASED', 'EXPIRED')),
     expires_at  timestamptz NOT NULL,
+    -- A random number per insert: tells a node whose insert ended in doubt
+    -- (the connection broke) whether the row is its own.
+    attempt     bigint      NOT NULL DEFAULT 0,
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now()
 );

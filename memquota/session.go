@@ -35,8 +35,8 @@ type session struct {
 	pid  uint32
 
 	mu       sync.Mutex
-	taken    []string // SKUs of the units this attempt took from n's counters
-	returned []owned  // units its expiry job moved out of HELD, given back on commit
+	taken    []doubt // the units this attempt took from n's counters, with their rows
+	returned []owned // units its expiry job moved out of HELD, given back on commit
 	ended    bool
 }
 
@@ -81,9 +81,10 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if s.n.dead.Load() {
 		return strategy.Result{}, ErrNodeClosed
 	}
-	res, err := s.n.reserve(ctx, s.tx, req, true)
+	a := &attempt{q: s.tx, held: true, pid: s.pid}
+	res, err := s.n.reserve(ctx, a, req)
 	if err == nil && res.Outcome == strategy.OutcomeHeld {
-		s.taken = append(s.taken, req.SKU)
+		s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: s.pid, attempt: a.id})
 	}
 	return res, err
 }
@@ -113,8 +114,8 @@ func (s *session) ExpireDue(ctx context.Context) (int, error) {
 // job moved go back to the nodes that sold them. If the node was restarted
 // meanwhile, the attempt died with the old process: it is rolled back and
 // Commit returns ErrNodeClosed. A commit the server turned into a rollback
-// gives the units back; a commit whose fate is unknown keeps them out of
-// memory (lost, never doubled).
+// gives the units back; a commit whose fate is unknown keeps them in doubt
+// until Settle reads the outcome from the log.
 func (s *session) Commit(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,8 +131,13 @@ func (s *session) Commit(ctx context.Context) error {
 		return ErrNodeClosed
 	}
 	err := s.tx.Commit(ctx)
-	if errors.Is(err, pgx.ErrTxCommitRollback) {
+	switch {
+	case errors.Is(err, pgx.ErrTxCommitRollback):
 		s.giveBack()
+	case err != nil: // the commit may have happened: Settle will tell
+		for _, t := range s.taken {
+			s.n.addDoubt(t)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("memquota: commit: %w", err)
@@ -164,8 +170,8 @@ func (s *session) Rollback(ctx context.Context) error {
 }
 
 func (s *session) giveBack() {
-	for _, sku := range s.taken {
-		s.n.counters[sku].put()
+	for _, t := range s.taken {
+		s.n.counters[t.sku].put()
 	}
 	s.taken = nil
 }

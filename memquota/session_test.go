@@ -2,6 +2,7 @@ package memquota_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -202,4 +203,124 @@ func TestRestartAbandonsHeldOpenAttempt(t *testing.T) {
 	require.Equal(t, 1, a.Active)
 	require.Equal(t, 0, a.Oversold())
 	require.Equal(t, 0, a.Drift())
+}
+
+// TestInDoubtInsertSettles: an insert whose client gave up after sending it
+// has an unknown outcome. Its unit stays out of the counter, in doubt
+// (positive drift), until Settle learns from the log, once the insert's
+// backend is gone, whether the row committed.
+//
+// Refused: the insert waited for t1, which holds the same user, and the
+// client's context was canceled meanwhile; t1 commits, the insert is refused,
+// and the unit goes back. Committed: the insert's COMMIT waits for a
+// synchronous standby that does not exist (as in the commit-timeout
+// scenario) when the client gives up; once the wait is lifted the commit
+// completes, and the unit stays sold.
+func TestInDoubtInsertSettles(t *testing.T) {
+	db, admin := sharedDB(t)
+	settled := func(t *testing.T, ctx context.Context, dep strategy.Deployment) {
+		t.Helper()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for memquota.InDoubt(dep) > 0 { // until the insert's backend is gone
+			_, err := dep.(*memquota.Deployment).Settle(ctx)
+			require.NoError(t, err)
+			select {
+			case <-ctx.Done():
+				t.Fatal("the abandoned insert's backend never went away")
+			case <-tick.C:
+			}
+		}
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dep, sku := deploy(t, db, memquota.FromLog, 1, 5)
+		t1 := open(t, ctx, dep, 0)
+		res, err := t1.Reserve(ctx, strategy.Request{Key: "a-" + sku, User: "u", SKU: sku, TTL: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, strategy.OutcomeHeld, res.Outcome)
+
+		pctx, give := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		abandoned := strategy.Request{Key: "b-" + sku, User: "u", SKU: sku, TTL: time.Minute}
+		go func() {
+			_, err := dep.Node(0).Reserve(pctx, abandoned)
+			done <- err
+		}()
+		awaitBlocked(t, admin, t1.Backends()[0], 1)
+		give()
+		require.Error(t, <-done, "the client gave up: outcome unknown")
+		require.Equal(t, 1, memquota.InDoubt(dep))
+		a := audit(t, dep)
+		require.Equal(t, 3, a.Available, "t1's unit and the abandoned insert's unit are out of memory")
+		require.Equal(t, 0, a.Active)
+
+		require.NoError(t, t1.Commit(ctx))
+		settled(t, ctx, dep)
+		a = audit(t, dep)
+		require.Equal(t, strategy.StockAudit{SKU: sku, Total: 5, Available: 4, Active: 1, Nodes: a.Nodes}, a)
+		r, err := dep.Node(0).Lookup(ctx, abandoned.Key)
+		require.NoError(t, err)
+		require.Equal(t, strategy.StatusNotFound, r.Status, "refused by t1's row: its unit went back")
+	})
+
+	t.Run("committed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dep, sku := deploy(t, db, memquota.FromLog, 1, 50)
+		standby := func(stmt string) {
+			_, err := admin.Exec(context.Background(), stmt)
+			require.NoError(t, err)
+			_, err = admin.Exec(context.Background(), "SELECT pg_reload_conf()")
+			require.NoError(t, err)
+		}
+		standby("ALTER SYSTEM SET synchronous_standby_names = 'memquota_no_such_standby'")
+		lifted := false
+		lift := func() {
+			if !lifted {
+				lifted = true
+				standby("ALTER SYSTEM RESET synchronous_standby_names")
+			}
+		}
+		t.Cleanup(lift)
+
+		// The setting reaches each backend when it next reads a command: try
+		// until an insert's COMMIT is seen waiting for the standby.
+		var abandoned strategy.Request
+		held := 0
+		for i := 0; abandoned.Key == ""; i++ {
+			require.Less(t, i, 40, "no COMMIT ever waited for the standby")
+			req := strategy.Request{Key: fmt.Sprintf("c%d-%s", i, sku), User: fmt.Sprintf("u%d", i), SKU: sku, TTL: time.Minute}
+			pctx, give := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				_, err := dep.Node(0).Reserve(pctx, req)
+				done <- err
+			}()
+			waiting := awaitSyncRep(t, admin, done)
+			give()
+			err := <-done
+			if waiting {
+				require.Error(t, err, "the client gave up during COMMIT")
+				abandoned = req
+			} else {
+				require.NoError(t, err)
+				held++
+			}
+		}
+		require.Equal(t, 1, memquota.InDoubt(dep))
+		before := audit(t, dep)
+		t.Logf("while the COMMIT waits: active %d, available %d, drift %d (the unit in doubt)", before.Active, before.Available, before.Drift())
+
+		lift()
+		settled(t, ctx, dep)
+		a := audit(t, dep)
+		require.Equal(t, 0, a.Drift())
+		require.Equal(t, held+1, a.Active, "the abandoned insert committed")
+		r, err := dep.Node(0).Lookup(ctx, abandoned.Key)
+		require.NoError(t, err)
+		require.Equal(t, strategy.StatusHeld, r.Status, "committed although its client gave up: its unit stays sold")
+	})
 }
