@@ -149,9 +149,11 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 }
 
-// reservePlain runs the reserve path on a connection of the pool. It takes
-// the connection before the unit, so a request queued for a connection holds
-// no unit, and a request that never got one surely wrote nothing.
+// reservePlain runs the reserve path on a connection of the pool. It first
+// settles the deployment's units in doubt, if there are any (Settle). It
+// takes the connection before the unit, so a request queued for a connection
+// holds no unit, and a request that never got one surely wrote nothing; an
+// insert of unknown fate leaves its unit in doubt.
 func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
@@ -164,21 +166,21 @@ func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
 	}
 	defer conn.Release()
-	a := &attempt{q: conn, pid: conn.Conn().PgConn().PID()}
+	a := &pass{q: conn, pid: conn.Conn().PgConn().PID()}
 	res, err := n.reserve(ctx, a, req)
 	if a.inDoubt {
-		n.addDoubt(doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.id})
+		n.addDoubt(doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt})
 	}
 	return res, err
 }
 
-// attempt is one pass through the reserve path.
-type attempt struct {
+// pass is one pass through the reserve path.
+type pass struct {
 	q    querier
 	held bool   // inside a session: nothing commits before Session.Commit
 	pid  uint32 // the backend q runs on
 
-	id      int64 // set by reserve: the attempt column of the row it inserts
+	attempt int64 // set by reserve: the attempt column of the row it inserts
 	inDoubt bool  // set by reserve: the insert failed and may have committed
 }
 
@@ -216,7 +218,7 @@ RETURNING expires_at`
 //     after the statement was sent) keeps it in doubt until Settle learns
 //     from the log whether the row committed: a unit counted twice would be
 //     sold twice.
-func (n *node) reserve(ctx context.Context, a *attempt, req strategy.Request) (strategy.Result, error) {
+func (n *node) reserve(ctx context.Context, a *pass, req strategy.Request) (strategy.Result, error) {
 	q, held := a.q, a.held
 	c := n.counters[req.SKU]
 	if !c.take() {
@@ -225,9 +227,9 @@ func (n *node) reserve(ctx context.Context, a *attempt, req strategy.Request) (s
 	if hook := n.d.crashAfterDecrement.Load(); hook != nil && (*hook)(req) {
 		return strategy.Result{}, errCrashed
 	}
-	a.id = rand.Int64()
+	a.attempt = rand.Int64()
 	var expires time.Time
-	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.id).Scan(&expires)
+	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.attempt).Scan(&expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // refused: the key or the user has a committed row
 		c.put()

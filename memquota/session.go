@@ -81,10 +81,10 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if s.n.dead.Load() {
 		return strategy.Result{}, ErrNodeClosed
 	}
-	a := &attempt{q: s.tx, held: true, pid: s.pid}
+	a := &pass{q: s.tx, held: true, pid: s.pid}
 	res, err := s.n.reserve(ctx, a, req)
 	if err == nil && res.Outcome == strategy.OutcomeHeld {
-		s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: s.pid, attempt: a.id})
+		s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: s.pid, attempt: a.attempt})
 	}
 	return res, err
 }
