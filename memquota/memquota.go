@@ -121,6 +121,8 @@ const (
 
 // Options configure strategy C.
 type Options struct {
+	// Restart is what a node's counters start from after Deployment.Restart,
+	// and in a deployment opened with Config.Attach.
 	Restart RestartMode
 }
 
