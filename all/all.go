@@ -8,5 +8,6 @@ package all
 import (
 	_ "github.com/reservebench/reservebench/advisorylock"
 	_ "github.com/reservebench/reservebench/hotrow"
+	_ "github.com/reservebench/reservebench/memquota"
 	_ "github.com/reservebench/reservebench/slotrows"
 )

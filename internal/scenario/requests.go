@@ -13,7 +13,6 @@ import (
 // phase is sent at once (all goroutines released together), restarts happen
 // between phases.
 func runRequests(ctx context.Context, t *trial) error {
-	restarted := false
 	for pi, ph := range t.in.Phases {
 		label := ph.Name
 		if label == "" {
@@ -25,7 +24,7 @@ func runRequests(ctx context.Context, t *trial) error {
 					return fmt.Errorf("restart node %d: %w", n, err)
 				}
 			}
-			restarted = true
+			t.restarted = true
 			continue
 		}
 		type job struct {
@@ -98,7 +97,7 @@ func runRequests(ctx context.Context, t *trial) error {
 		if len(phantoms) > 0 {
 			t.fact(label+": phantom sold-out", "%s", strings.Join(phantoms, "; "))
 		}
-		if restarted {
+		if t.restarted {
 			var broken []string
 			for _, sku := range order {
 				a := audit[t.sku(sku)]

@@ -133,7 +133,9 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 	if err != nil || got.Status != strategy.StatusHeld {
 		t.Errorf("Lookup after restarting every node: %+v, %v; want HELD", got, err)
 	}
-	checkAudit("after restarting every node", 4, 1)
+	if meta.Claims.Has(strategy.SurvivesRestart) {
+		checkAudit("after restarting every node", 4, 1)
+	} // otherwise what a restart does to the counts is the restart scenario's to report
 }
 
 // checkSession: a held-open attempt is invisible until Commit, gone after
