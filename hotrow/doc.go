@@ -126,7 +126,9 @@
 //
 // Several deployments with disjoint SKUs share one database. Open creates the
 // schema under an advisory lock when it is missing, then loads the stock in
-// one transaction (strategy.ErrStockExists if any SKU exists). A request for
+// one transaction (strategy.ErrStockExists if any SKU exists); with
+// Config.Attach it writes nothing and only checks that the stock is there, as
+// a second process of the service would (TestAttach). A request for
 // a SKU outside the deployment is BAD_REQUEST (strategy.UnknownSKU); ExpireDue,
 // Confirm, Release, MakeDue and Audit touch only the deployment's SKUs;
 // request keys are unique across the whole table, and Lookup sees every key.

@@ -139,6 +139,11 @@ RETURNING sku`
 // anything, creates the schema if it is missing, and loads cfg.Stock in one
 // transaction. A SKU that already has stock fails the whole Open with an
 // error matching strategy.ErrStockExists, and nothing is inserted.
+//
+// With cfg.Attach it writes nothing: it checks that every SKU of cfg.Stock
+// has stock with the same total (else an error matching strategy.ErrConfig)
+// and returns a deployment over it, as a second process of the service
+// would. Nothing else differs: hotrow keeps no state in memory.
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -151,11 +156,17 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 			return nil, fmt.Errorf("%w: hotrow: sku %q: total %d does not fit the int column", strategy.ErrConfig, s.SKU, s.Total)
 		}
 	}
-	if err := ensureSchema(ctx, cfg.DB); err != nil {
-		return nil, fmt.Errorf("hotrow: open: %w", err)
-	}
-	if err := insertStock(ctx, cfg.DB, cfg.Stock); err != nil {
-		return nil, fmt.Errorf("hotrow: open: %w", err)
+	if cfg.Attach {
+		if err := attachStock(ctx, cfg.DB, cfg.Stock); err != nil {
+			return nil, fmt.Errorf("hotrow: attach: %w", err)
+		}
+	} else {
+		if err := ensureSchema(ctx, cfg.DB); err != nil {
+			return nil, fmt.Errorf("hotrow: open: %w", err)
+		}
+		if err := insertStock(ctx, cfg.DB, cfg.Stock); err != nil {
+			return nil, fmt.Errorf("hotrow: open: %w", err)
+		}
 	}
 	d := &Deployment{
 		db:         cfg.DB,
@@ -172,6 +183,46 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 		d.nodes[i] = &node{d: d}
 	}
 	return d, nil
+}
+
+// sqlStockTotals reads the totals an attaching deployment expects to find.
+const sqlStockTotals = `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`
+
+func attachStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock) error {
+	var present bool
+	if err := db.QueryRow(ctx, sqlSchemaPresent).Scan(&present); err != nil {
+		return fmt.Errorf("schema: look up: %w", err)
+	}
+	if !present {
+		return fmt.Errorf("%w: no hotrow schema in this database: nothing to attach to", strategy.ErrConfig)
+	}
+	skus := make([]string, len(stock))
+	for i, s := range stock {
+		skus[i] = s.SKU
+	}
+	rows, err := db.Query(ctx, sqlStockTotals, skus)
+	if err != nil {
+		return fmt.Errorf("stock: %w", err)
+	}
+	totals := map[string]int{}
+	var sku string
+	var total int
+	if _, err := pgx.ForEachRow(rows, []any{&sku, &total}, func() error {
+		totals[sku] = total
+		return nil
+	}); err != nil {
+		return fmt.Errorf("stock: %w", err)
+	}
+	for _, s := range stock {
+		got, ok := totals[s.SKU]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: sku %q has no stock to attach to", strategy.ErrConfig, s.SKU)
+		case got != s.Total:
+			return fmt.Errorf("%w: sku %q has total %d in the database, %d in the config", strategy.ErrConfig, s.SKU, got, s.Total)
+		}
+	}
+	return nil
 }
 
 func ensureSchema(ctx context.Context, db *pgxpool.Pool) error {

@@ -245,3 +245,46 @@ func TestBadInput(t *testing.T) {
 	require.Equal(t, strategy.OutcomeHeld, res.Outcome, "a valid request after the bad ones")
 	require.WithinDuration(t, time.Now().Add(strategy.TTLForever), res.Reservation.ExpiresAt, time.Minute)
 }
+
+// TestAttach: a second deployment attaches to stock another one loaded (a
+// second process of the service): it writes nothing, sees and sells the same
+// stock, and refuses SKUs without stock, totals that differ, and a database
+// without the schema, with ErrConfig.
+func TestAttach(t *testing.T) {
+	t.Parallel()
+	db, admin := pgtest.Pools(t)
+	ctx := context.Background()
+
+	_, err := hotrow.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: []strategy.Stock{{SKU: "a", Total: 1}}}, hotrow.Options{})
+	require.ErrorIs(t, err, strategy.ErrConfig, "no schema yet")
+	var tables int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('sku_stock', 'reservation')`).Scan(&tables))
+	require.Zero(t, tables, "Attach wrote the schema")
+
+	first, sku := open(t, db, hotrow.Options{}, 2, 3)
+	res, err := first.Node(0).Reserve(ctx, req("k1", "u1", sku))
+	require.NoError(t, err)
+	require.Equal(t, strategy.OutcomeHeld, res.Outcome)
+
+	cfg := strategy.Config{DB: db, Nodes: 2, Attach: true, Stock: []strategy.Stock{{SKU: sku, Total: 3}}}
+	second, err := hotrow.Open(ctx, cfg, hotrow.Options{})
+	require.NoError(t, err)
+	defer second.Close()
+	r, err := second.Node(1).Lookup(ctx, "k1")
+	require.NoError(t, err)
+	require.Equal(t, strategy.StatusHeld, r.Status)
+	res, err = second.Node(0).Reserve(ctx, req("k2", "u2", sku))
+	require.NoError(t, err)
+	require.Equal(t, strategy.OutcomeHeld, res.Outcome)
+	require.Equal(t, audit(t, first), audit(t, second))
+	require.Equal(t, 1, audit(t, first).Available)
+
+	for name, stock := range map[string][]strategy.Stock{
+		"sku without stock": {{SKU: sku, Total: 3}, {SKU: newSKU("never-loaded"), Total: 1}},
+		"other total":       {{SKU: sku, Total: 4}},
+	} {
+		_, err := hotrow.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: stock}, hotrow.Options{})
+		require.ErrorIs(t, err, strategy.ErrConfig, name)
+	}
+	require.Equal(t, 1, audit(t, first).Available)
+}

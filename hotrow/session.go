@@ -29,7 +29,10 @@ type session struct {
 	ended bool
 }
 
-var _ strategy.Session = (*session)(nil)
+var (
+	_ strategy.Session        = (*session)(nil)
+	_ strategy.SessionExpirer = (*session)(nil)
+)
 
 // OpenSession takes a connection from the pool for the session's whole life
 // and begins its transaction. The connection goes back to the pool at Commit
