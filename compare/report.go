@@ -180,8 +180,10 @@ func (s *StrategyReport) boundaries(boundaryScenarios []*scenario.Input) []strin
 		}
 	}
 	for _, res := range s.Results {
-		for _, c := range res.Observations() {
-			out = append(out, fmt.Sprintf("%s (%s): %s", res.Scenario, res.Case, c.Detail))
+		// One line per scenario: its first observed check. The scenario's
+		// section lists them all.
+		if obs := res.Observations(); len(obs) > 0 {
+			out = append(out, fmt.Sprintf("%s (%s): %s", res.Scenario, res.Case, obs[0].Detail))
 		}
 	}
 	if len(out) == 0 {
