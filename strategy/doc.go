@@ -9,11 +9,16 @@
 // not support is an optional interface, resolved by a type assertion and
 // documented with what the harness does when it is absent:
 //
-//	Confirmer      HELD -> CONFIRMED                 (confirm scenarios are skipped)
-//	Releaser       HELD -> RELEASED, unit back       (release scenarios are skipped)
-//	Expirer        due HELD -> EXPIRED, units back   (expiry scenarios are skipped)
-//	SessionOpener  an attempt held open, finished later (interleavings are skipped)
-//	Ager           make reservations due (on a Deployment; expiry scenarios are skipped)
+//	Confirmer       HELD -> CONFIRMED                  (confirm scenarios are skipped)
+//	Releaser        HELD -> RELEASED, unit back        (release scenarios are skipped)
+//	Expirer         due HELD -> EXPIRED, units back    (expiry scenarios are skipped)
+//	SessionOpener   an attempt held open, finished later (interleavings and the kill scenarios are skipped)
+//	SessionExpirer  the expiry job inside a session    (kill-mid-release is skipped)
+//	Ager            make reservations due (on a Deployment; expiry scenarios are skipped)
+//
+// Config.Attach, which every strategy honours, opens a second process's view
+// of stock that is already loaded: the fault scenarios run such a process and
+// kill it.
 //
 // What a strategy promises is stated as [Claims]. The harness (package compare)
 // and the conformance kit (package strategytest) judge every observation against

@@ -29,7 +29,10 @@ type Strategy interface {
 
 	// Lookup returns the committed reservation with this key, or one with
 	// Status StatusNotFound. NOT_FOUND means "nothing committed now", not "the
-	// request failed": a Reserve still in flight may commit later.
+	// request failed": a Reserve still in flight may commit later. Keys are
+	// unique across every deployment of the strategy in the database, so
+	// Lookup finds a key whatever SKU it is for; the transitions (Confirm,
+	// Release, ExpireDue) touch only the deployment's own SKUs.
 	Lookup(ctx context.Context, key string) (Reservation, error)
 }
 
@@ -91,7 +94,9 @@ type SessionOpener interface {
 // transaction; its effects become visible to others only after Commit, and
 // Rollback undoes them (for in-memory strategies too: the unit goes back).
 // Exactly one of Commit or Rollback must be called; Rollback after Commit is a
-// no-op, so `defer s.Rollback(ctx)` is always safe.
+// no-op, so `defer s.Rollback(ctx)` is always safe. When the connection is
+// already gone, Rollback may report why; the attempt is undone either way
+// (PostgreSQL rolls back the transaction of a dead session).
 type Session interface {
 	// Backends returns the PostgreSQL backend PIDs the session's work runs on,
 	// so the harness can tell that a step is blocked from pg_locks or
@@ -117,8 +122,9 @@ type SessionExpirer interface {
 // and the audit of its durable state. A Deployment covers exactly the SKUs of
 // its Config; several Deployments with disjoint SKUs may share a database.
 type Deployment interface {
-	// Node returns node i, 0 <= i < Config.Nodes. The value changes when the
-	// node is restarted.
+	// Node returns node i, 0 <= i < Config.NodeCount(); any other i is a
+	// programming error and may panic. The value changes when the node is
+	// restarted.
 	Node(i int) Strategy
 
 	// Restart closes node i and opens it again over the same database, as a
@@ -174,6 +180,10 @@ type Config struct {
 	Attach bool
 }
 
+// MaxTotal bounds the stock of one SKU: it must fit PostgreSQL's int4,
+// which the strategies' counters use.
+const MaxTotal = 1<<31 - 1
+
 // ErrStockExists is returned by Meta.Open when a SKU of the Config already
 // has stock in the database.
 var ErrStockExists = errors.New("stock already exists for sku")
@@ -218,8 +228,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: sku %q listed twice", ErrConfig, s.SKU)
 		}
 		seen[s.SKU] = true
-		if s.Total < 0 {
-			return fmt.Errorf("%w: sku %q has negative total %d", ErrConfig, s.SKU, s.Total)
+		if s.Total < 0 || s.Total > MaxTotal {
+			return fmt.Errorf("%w: sku %q has total %d, want 0..%d", ErrConfig, s.SKU, s.Total, MaxTotal)
 		}
 	}
 	return nil
