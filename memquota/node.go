@@ -182,6 +182,10 @@ type pass struct {
 
 	attempt int64 // set by reserve: the attempt column of the row it inserts
 	inDoubt bool  // set by reserve: the insert failed and may have committed
+
+	// dieAfterDecrement makes this pass stop between the decrement and the
+	// insert (Deployment.CrashMidReserve).
+	dieAfterDecrement bool
 }
 
 // insertSQL writes the sales-log row. ON CONFLICT DO NOTHING without a
@@ -224,7 +228,7 @@ func (n *node) reserve(ctx context.Context, a *pass, req strategy.Request) (stra
 	if !c.take() {
 		return n.soldOut(ctx, q, req, held)
 	}
-	if hook := n.d.crashAfterDecrement.Load(); hook != nil && (*hook)(req) {
+	if hook := n.d.crashAfterDecrement.Load(); a.dieAfterDecrement || hook != nil && (*hook)(req) {
 		return strategy.Result{}, errCrashed
 	}
 	a.attempt = rand.Int64()

@@ -150,6 +150,20 @@ type Ager interface {
 	MakeDue(ctx context.Context, keys []string) (int, error)
 }
 
+// ReserveCrasher is implemented by deployments whose nodes change state in
+// memory before a reservation reaches the database (memquota's counters).
+// Without it the node-death scenario is not applicable: a strategy whose
+// state is all in PostgreSQL loses nothing when a client dies mid-reserve
+// (the kill-reserve scenario shows that).
+type ReserveCrasher interface {
+	// CrashMidReserve runs a reservation on node i that dies between its
+	// in-memory effect and its durable write, as a request killed at that
+	// point would, and returns the error its client saw. The node itself
+	// keeps running; whatever the dead request changed in memory stays
+	// changed until the node restarts.
+	CrashMidReserve(ctx context.Context, node int, req Request) error
+}
+
 // Stock is the number of units of one SKU.
 type Stock struct {
 	SKU   string

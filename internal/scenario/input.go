@@ -35,6 +35,7 @@ const (
 	KindKillReserve     = "kill-reserve"      // a process holding uncommitted reservations killed
 	KindServerCrash     = "server-crash"      // pg_ctl stop -m immediate under load, then restart
 	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
+	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
 )
 
 // Input is one scenario file.
@@ -67,7 +68,8 @@ type Input struct {
 	// through by trial number.
 	KillPoints []string `json:"kill_points,omitempty"`
 	CrashAfter []int    `json:"crash_after,omitempty"`
-	Requests   int      `json:"requests,omitempty"` // server-crash, commit-timeout: requests sent
+	Requests   int      `json:"requests,omitempty"` // server-crash, commit-timeout: requests sent; node-death: sent after the restart
+	Crashes    int      `json:"crashes,omitempty"`  // node-death: requests that die mid-reserve
 	// ExclusiveServer marks scenarios that crash or reconfigure the server:
 	// they run only where the harness has a server of their own (Env.Server).
 	ExclusiveServer bool `json:"exclusive_server,omitempty"`
@@ -291,6 +293,10 @@ func (in *Input) Validate() error {
 		}
 		if in.Kind == KindKillRelease && (in.FirstDue < 1 || in.FirstDue > in.Held) {
 			return bad("need 1 <= first_due <= held")
+		}
+	case KindNodeDeath:
+		if in.Held < 0 || in.Crashes < 1 || in.Requests < 1 {
+			return bad("need held >= 0, crashes >= 1 and requests >= 1")
 		}
 	case KindServerCrash, KindCommitTimeout:
 		if in.Requests < 1 || in.Workers < 1 || !in.ExclusiveServer {

@@ -147,6 +147,8 @@ func runnerFor(kind string) (runnerFunc, needsFunc) {
 		return runServerCrash, needs(capServer)
 	case KindCommitTimeout:
 		return runCommitTimeout, needs(capServer)
+	case KindNodeDeath:
+		return runNodeDeath, needs(capCrasher)
 	}
 	panic("scenario: no runner for kind " + kind) // Validate rejects unknown kinds
 }
@@ -162,6 +164,7 @@ var (
 	capReleaser  = capability{"Releaser", func(t *trial) bool { _, ok := t.node(0).(strategy.Releaser); return ok }}
 	capSessions  = capability{"SessionOpener", func(t *trial) bool { _, ok := t.node(0).(strategy.SessionOpener); return ok }}
 	capAger      = capability{"Ager (on the Deployment)", func(t *trial) bool { _, ok := t.dep.(strategy.Ager); return ok }}
+	capCrasher   = capability{"ReserveCrasher (on the Deployment): it keeps no state in memory that a dying request could lose", func(t *trial) bool { _, ok := t.dep.(strategy.ReserveCrasher); return ok }}
 	capServer    = capability{"a server of its own (run by compare, not by the conformance kit)", func(t *trial) bool { return t.env.Server != nil }}
 	capHelper    = capability{"registration where a helper process can find it (strategy.Register, or scenario.RegisterForHelpers)", func(t *trial) bool { return helperCanFind(t.env.Meta.Name) }}
 	// capSessionExpirer probes a real session, which it rolls back.

@@ -1,0 +1,34 @@
+package memquota
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+var _ strategy.ReserveCrasher = (*Deployment)(nil)
+
+// CrashMidReserve implements strategy.ReserveCrasher: a reservation on node
+// i takes its unit from the counter and dies before its sales-log row is
+// written, as a request killed between the two would. The unit is in no row
+// and no longer in memory: lost (undersell, positive drift) until the node
+// restarts, when FromLog counts it back and FromConfig restores the whole
+// configured share (TestCrashBetweenDecrementAndLog, and the node-death
+// scenario of table 28-1).
+func (d *Deployment) CrashMidReserve(ctx context.Context, i int, req strategy.Request) error {
+	d.life.RLock()
+	defer d.life.RUnlock()
+	n := d.nodes[i].Load()
+	if n.dead.Load() {
+		return ErrNodeClosed
+	}
+	if err := n.check(req); err != nil {
+		return err
+	}
+	_, err := n.reserve(ctx, &pass{q: d.db, dieAfterDecrement: true}, req)
+	if err == nil {
+		return fmt.Errorf("memquota: node %d: the reserve did not reach its crash point (no unit left?)", i)
+	}
+	return err
+}
