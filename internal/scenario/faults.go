@@ -587,10 +587,12 @@ func (t *trial) syncStandby(ctx context.Context, name string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("synchronous_standby_names=%q did not take effect within 30s", name)
 		}
+		time.Sleep(10 * time.Millisecond) // paces the probe; the decision is the canary's
 	}
 }
 
-// canaryCommitHangs commits a transaction that has an xid and reports whether
+// canaryCommitHangs commits a transaction that has an xid and wrote WAL (a
+// transaction that wrote none never waits for a standby) and reports whether
 // its COMMIT was still waiting after 100ms.
 func canaryCommitHangs(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	conn, err := pool.Acquire(ctx)
@@ -602,7 +604,7 @@ func canaryCommitHangs(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(ctx, "SELECT txid_current()"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(true, 'reservebench', 'canary')"); err != nil {
 		_ = tx.Rollback(ctx)
 		return false, err
 	}
