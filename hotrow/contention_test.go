@@ -13,6 +13,7 @@ import (
 	"github.com/reservebench/reservebench/hotrow"
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // TestContention is C28-13: 120 users at once, one request each, for 40
@@ -25,7 +26,7 @@ func TestContention(t *testing.T) {
 	ctx := context.Background()
 
 	got := newTally()
-	concurrently(120, func(i int) {
+	strategytest.Together(120, func(i int) {
 		got.add(dep.Node(i%2).Reserve(ctx, req(fmt.Sprintf("req-%03d", i), fmt.Sprintf("user-%03d", i), sku)))
 	})
 	require.Zero(t, got.errors(), "errors %v, first: %v", got.errs, got.firstErr)
@@ -98,7 +99,7 @@ func TestStorm(t *testing.T) {
 
 	got := newTally()
 	start := time.Now()
-	concurrently(requests, func(i int) {
+	strategytest.Together(requests, func(i int) {
 		got.add(dep.Node(i%2).Reserve(ctx, req(fmt.Sprintf("storm-%05d", i), fmt.Sprintf("user-%05d", i), sku)))
 	})
 	elapsed := time.Since(start)

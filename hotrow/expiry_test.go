@@ -14,6 +14,7 @@ import (
 	"github.com/reservebench/reservebench/hotrow"
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // holdN makes n HELD reservations on the deployment's SKU and returns their keys.
@@ -58,7 +59,7 @@ func TestExpiryReplay(t *testing.T) {
 	}
 	concurrentExpire := func() int {
 		var total atomic.Int64
-		concurrently(4, func(i int) { total.Add(int64(expire(i))) })
+		strategytest.Together(4, func(i int) { total.Add(int64(expire(i))) })
 		return int(total.Load())
 	}
 	available := func() int { return audit(t, dep).Available }
@@ -110,7 +111,7 @@ func TestConfirmVsExpire(t *testing.T) {
 		var mu sync.Mutex
 		confirmedByCall := map[string]bool{}
 		var expiredUnits atomic.Int64
-		concurrently(8, func(i int) {
+		strategytest.Together(8, func(i int) {
 			if i < 4 {
 				c := dep.Node(i % 2).(strategy.Confirmer)
 				for k := range queue {
@@ -226,7 +227,7 @@ func TestReleaseReplay(t *testing.T) {
 	}
 	concurrentRelease := func(key string) int {
 		var total atomic.Int64
-		concurrently(4, func(i int) { total.Add(int64(release(i, key))) })
+		strategytest.Together(4, func(i int) { total.Add(int64(release(i, key))) })
 		return int(total.Load())
 	}
 

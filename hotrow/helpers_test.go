@@ -85,26 +85,6 @@ func (c *tally) errors() int {
 	return n
 }
 
-// concurrently starts n goroutines at once (all released together, as the
-// kit's barrier does) and waits for them.
-func concurrently(n int, f func(i int)) {
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	ready.Add(n)
-	done.Add(n)
-	for i := 0; i < n; i++ {
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			f(i)
-		}()
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
-}
-
 func req(key, user, sku string) strategy.Request {
 	return strategy.Request{Key: key, User: user, SKU: sku, TTL: strategy.TTLForever}
 }

@@ -99,7 +99,7 @@ func TestIsolationContention(t *testing.T) {
 			run := func(maxRetries int) (*tally, *hotrow.Deployment) {
 				dep, sku := open(t, db, hotrow.Options{Isolation: iso, MaxRetries: maxRetries}, 2, 40)
 				got := newTally()
-				concurrently(120, func(i int) {
+				strategytest.Together(120, func(i int) {
 					got.add(dep.Node(i%2).Reserve(ctx, req(fmt.Sprintf("req-%s-%03d", sku, i), fmt.Sprintf("user-%03d", i), sku)))
 				})
 				a := audit(t, dep)

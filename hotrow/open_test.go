@@ -16,6 +16,7 @@ import (
 	"github.com/reservebench/reservebench/hotrow"
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // TestRegistered: "hotrow" is registered with the READ COMMITTED default,
@@ -72,7 +73,7 @@ func TestOpenConcurrently(t *testing.T) {
 	ctx := context.Background()
 	deps := make([]*hotrow.Deployment, 8)
 	errs := make([]error, 8)
-	concurrently(8, func(i int) {
+	strategytest.Together(8, func(i int) {
 		deps[i], errs[i] = hotrow.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: fmt.Sprintf("sku-%d", i), Total: i}}}, hotrow.Options{})
 	})
 	for i := range deps {
@@ -104,7 +105,7 @@ func TestOpenStockExists(t *testing.T) {
 
 	contested := newSKU("contested")
 	errs := make([]error, 6)
-	concurrently(len(errs), func(i int) {
+	strategytest.Together(len(errs), func(i int) {
 		_, errs[i] = hotrow.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: contested, Total: 2}}}, hotrow.Options{})
 	})
 	won := 0

@@ -12,6 +12,7 @@ import (
 	"github.com/reservebench/reservebench/hotrow"
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // raceTrials is how often the intermittent races run; every trial must be
@@ -38,7 +39,7 @@ func TestDuplicateKeyAndUserLimit(t *testing.T) {
 		same := newTally()
 		var held []strategy.Result
 		results := make([]strategy.Result, 16)
-		concurrently(16, func(i int) {
+		strategytest.Together(16, func(i int) {
 			res, err := dep.Node(i%2).Reserve(ctx, req(key, "user-0042", sku))
 			results[i] = res
 			same.add(res, err)
@@ -57,7 +58,7 @@ func TestDuplicateKeyAndUserLimit(t *testing.T) {
 		require.Len(t, held, 1)
 
 		user := newTally()
-		concurrently(8, func(i int) {
+		strategytest.Together(8, func(i int) {
 			user.add(dep.Node(i%2).Reserve(ctx, req(fmt.Sprintf("req-u%d-%d", trial, i), "user-0043", sku)))
 		})
 		require.Zero(t, user.errors(), "trial %d: %v", trial, user.firstErr)

@@ -8,6 +8,7 @@ import (
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/slotrows"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // TestOpenValidatesFirst: an invalid config is refused before anything is
@@ -65,7 +66,7 @@ func TestConcurrentOpens(t *testing.T) {
 	const opens = 8
 	deps := make([]strategy.Deployment, opens)
 	errs := make([]error, opens)
-	together(opens, func(i int) {
+	strategytest.Together(opens, func(i int) {
 		deps[i], errs[i] = slotrows.Meta().Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: fmt.Sprintf("sku-%d", i), Total: i}}})
 	})
 	for i, err := range errs {

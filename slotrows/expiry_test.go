@@ -8,6 +8,7 @@ import (
 
 	"github.com/reservebench/reservebench/internal/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // holdMany makes n HELD reservations of sku at once, over the nodes, and
@@ -41,7 +42,7 @@ func expireConcurrently(t *testing.T, dep strategy.Deployment, nodes, workers in
 	ctx := testCtx(t)
 	units := make([]int, workers)
 	errs := make([]error, workers)
-	together(workers, func(i int) {
+	strategytest.Together(workers, func(i int) {
 		units[i], errs[i] = dep.Node(i % nodes).(strategy.Expirer).ExpireDue(ctx)
 	})
 	sum := 0
@@ -117,7 +118,7 @@ func TestConfirmVsExpire(t *testing.T) {
 		var mu sync.Mutex
 		movedByConfirm := map[string]bool{}
 		expiredUnits := 0
-		together(2*workers, func(i int) {
+		strategytest.Together(2*workers, func(i int) {
 			if i < workers {
 				c := dep.Node(i % 2).(strategy.Confirmer)
 				for k := range queue {

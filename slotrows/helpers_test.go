@@ -3,7 +3,6 @@ package slotrows_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/reservebench/reservebench/slotrows"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // testCtx is a context that ends with the test (and after a minute at most),
@@ -60,26 +60,6 @@ func request(name, user, sku string) strategy.Request {
 	return strategy.Request{Key: "req-" + name, User: "user-" + user, SKU: sku, TTL: strategy.TTLForever}
 }
 
-// together runs f(0..n-1) in n goroutines released at once and waits for
-// them all.
-func together(n int, f func(i int)) {
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	ready.Add(n)
-	done.Add(n)
-	for i := 0; i < n; i++ {
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			f(i)
-		}()
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
-}
-
 // reserveAll sends reqs at once, request i to node i, and returns the
 // answers in order. Every request must get an answer.
 func reserveAll(t testing.TB, dep strategy.Deployment, nodes int, reqs []strategy.Request) []strategy.Result {
@@ -87,7 +67,7 @@ func reserveAll(t testing.TB, dep strategy.Deployment, nodes int, reqs []strateg
 	ctx := testCtx(t)
 	out := make([]strategy.Result, len(reqs))
 	errs := make([]error, len(reqs))
-	together(len(reqs), func(i int) {
+	strategytest.Together(len(reqs), func(i int) {
 		out[i], errs[i] = dep.Node(i%nodes).Reserve(ctx, reqs[i])
 	})
 	for i, err := range errs {

@@ -15,7 +15,7 @@ func (t *trial) holdMany(ctx context.Context, n int) ([]string, error) {
 	sku := t.sku(t.in.Stock[0].SKU)
 	keys := make([]string, n)
 	ops := make([]Op, n)
-	barrier(n, func(i int) {
+	Together(n, func(i int) {
 		keys[i] = t.key(fmt.Sprintf("req-%04d", i))
 		ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), i, strategy.Request{
 			Key: keys[i], User: t.user(fmt.Sprintf("user-%04d", i)), SKU: sku, TTL: strategy.TTLForever,
@@ -134,7 +134,7 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 	}
 	concurrent := func(proc string) int {
 		units, failed := make([]int, in.Workers), make([]int, in.Workers)
-		barrier(in.Workers, func(i int) {
+		Together(in.Workers, func(i int) {
 			units[i], failed[i] = t.expireUntilDone(ctx, fmt.Sprintf("%s%d", proc, i), i)
 		})
 		sum := 0
@@ -189,7 +189,7 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	confirmedByCall := map[string]bool{}
 	expiredUnits := 0
 	back, err := t.returned(ctx, func() {
-		barrier(2*in.Workers, func(i int) {
+		Together(2*in.Workers, func(i int) {
 			if i < in.Workers { // confirmer
 				c := t.node(i).(strategy.Confirmer)
 				for k := range queue {
@@ -269,7 +269,7 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 			if i%2 == 0 { // release, replay, then concurrent replays
 				seqFirst += release("c", 0, k)
 				seqReplay += release("c", 1, k)
-				barrier(in.Workers, func(w int) {
+				Together(in.Workers, func(w int) {
 					u := release(fmt.Sprintf("r%d", w), w, k)
 					mu.Lock()
 					seqConc += u
@@ -278,7 +278,7 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 				continue
 			}
 			// concurrent first releases: exactly one may return the unit
-			barrier(in.Workers, func(w int) {
+			Together(in.Workers, func(w int) {
 				u := release(fmt.Sprintf("r%d", w), w, k)
 				mu.Lock()
 				concFirst += u

@@ -53,7 +53,7 @@ func runRequests(ctx context.Context, t *trial) error {
 			}
 		}
 		ops := make([]Op, len(jobs))
-		barrier(len(jobs), func(i int) {
+		Together(len(jobs), func(i int) {
 			ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
 		})
 

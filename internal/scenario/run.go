@@ -503,8 +503,10 @@ func (t *trial) scaled(n int) int {
 	return max(1, int(math.Round(float64(n)*t.in.ShortScale)))
 }
 
-// barrier starts n goroutines at once and waits for them all.
-func barrier(n int, f func(i int)) {
+// Together runs f(0), ..., f(n-1) in n goroutines released at once (each
+// waits until all have started) and waits for them all: the way every
+// concurrent scenario starts its requests.
+func Together(n int, f func(i int)) {
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	ready.Add(n)

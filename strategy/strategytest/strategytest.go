@@ -123,6 +123,11 @@ func runOne(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, in
 	return scenario.Run(ctx, env, in)
 }
 
+// Together runs f(0), ..., f(n-1) in n goroutines released at once and
+// waits for them all, as the scenarios start their concurrent requests; for
+// a strategy's own race tests.
+func Together(n int, f func(i int)) { scenario.Together(n, f) }
+
 func contains(xs []string, x string) bool {
 	for _, y := range xs {
 		if x == y {
