@@ -219,17 +219,25 @@ func (h *helperProc) kill() (bool, error) {
 // application_name, and so do we. Until then the dead session's locks and
 // uncommitted work are still there.
 func (t *trial) waitBackendsGone(ctx context.Context, appName string) error {
+	return t.waitNone(ctx, "backends of the killed helper "+appName,
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName)
+}
+
+// waitNone polls a count from pg_stat_activity until it is 0, for at most
+// 30 seconds. It waits for the server to catch up with something that has
+// already happened (a client died, a wait was lifted); it orders nothing.
+func (t *trial) waitNone(ctx context.Context, what, countSQL string, args ...any) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var n int
-		if err := t.env.Admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n); err != nil {
-			return fmt.Errorf("pg_stat_activity: %w", err)
+		if err := t.env.Admin.QueryRow(ctx, countSQL, args...).Scan(&n); err != nil {
+			return fmt.Errorf("count %s: %w", what, err)
 		}
 		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d backends of the killed helper %s still exist after 30s", n, appName)
+			return fmt.Errorf("%d %s still there after 30s", n, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -623,23 +631,9 @@ func canaryCommitHangs(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 
 // waitIdle waits until no backend of the database is still in a commit.
 func (t *trial) waitIdle(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var n int
-		err := t.env.Admin.QueryRow(ctx, `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event = 'SyncRep'`).Scan(&n)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d backends still wait for synchronous replication", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return t.waitNone(ctx, "backends waiting for synchronous replication", `
+		SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event = 'SyncRep'`)
 }
 
 // runNodeDeath: node 0 sells some units, then requests die on it between
