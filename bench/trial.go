@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// Tool says who sends the requests of a trial.
+type Tool string
+
+// The tools.
+const (
+	ToolGo      Tool = "go"      // the strategy's Go code, Node(0).Reserve, through pgx
+	ToolPgbench Tool = "pgbench" // the strategy's pgbench script: the same SQL without the Go code
+)
+
+// Env is where trials run: one PostgreSQL server, one database per
+// strategy (created on first use, so tables of one strategy never slow
+// another), and a superuser connection to the "postgres" database for the
+// counters.
+type Env struct {
+	Server  *pgtest.Server
+	Pgbench *Pgbench // nil: no pgbench trials
+
+	mu     sync.Mutex
+	admin  *pgx.Conn
+	dbs    map[string]*pgtest.Database
+	serial int64
+}
+
+// NewEnv prepares trials on srv. pgbench is looked up beside the server's
+// binaries; without it pgbench trials fail and Go trials run.
+func NewEnv(ctx context.Context, srv *pgtest.Server) (*Env, error) {
+	admin, err := pgx.Connect(ctx, srv.AdminDSN("postgres"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect admin: %w", err)
+	}
+	e := &Env{Server: srv, admin: admin, dbs: map[string]*pgtest.Database{}}
+	if pb, err := FindPgbench(srv.BinDir()); err == nil {
+		e.Pgbench = pb
+	}
+	return e, nil
+}
+
+// Close drops the databases the Env created and closes its connection.
+func (e *Env) Close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var errs []error
+	for _, db := range e.dbs {
+		errs = append(errs, e.Server.DropDatabase(ctx, db.Name))
+	}
+	e.dbs = map[string]*pgtest.Database{}
+	errs = append(errs, e.admin.Close(ctx))
+	return errors.Join(errs...)
+}
+
+// Database returns the database of one strategy, creating it on first use.
+func (e *Env) Database(ctx context.Context, strategyName string) (*pgtest.Database, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if db, ok := e.dbs[strategyName]; ok {
+		return db, nil
+	}
+	db, err := e.Server.CreateDatabase(ctx, "bench")
+	if err != nil {
+		return nil, err
+	}
+	e.dbs[strategyName] = db
+	return db, nil
+}
+
+// Settings reads server settings for the report.
+func (e *Env) Settings(ctx context.Context, names ...string) (map[string]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]string, len(names))
+	for _, n := range names {
+		var v string
+		if err := e.admin.QueryRow(ctx, `SELECT current_setting($1)`, n).Scan(&v); err != nil {
+			return nil, fmt.Errorf("bench: setting %s: %w", n, err)
+		}
+		out[n] = v
+	}
+	return out, nil
+}
+
+func (e *Env) next() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.serial++
+	return e.serial
+}
+
+// Spec is one trial.
+type Spec struct {
+	Meta strategy.Meta
+	Tool Tool
+	// Control names a control script of the deployment
+	// (PgbenchControlScripter) to run instead of the reservation; pgbench only.
+	Control string
+	// Clients: concurrent clients (Go) or pgbench -c.
+	Clients int
+	// Duration of the measured window; pgbench runs whole seconds.
+	Duration time.Duration
+	// Stock is the number of units of the trial's SKU. Every trial opens a
+	// fresh deployment with a SKU of its own.
+	Stock int
+	// Rate > 0 runs an open loop at this many requests per second
+	// (Load.Rate, pgbench --rate); LateLimit as in Load.
+	Rate      float64
+	LateLimit time.Duration
+	// Admission, when set, puts an admission.Gate with these limits in front
+	// of the node (Go only), and sizes the pool to InFlight connections.
+	Admission *admission.Limits
+	// SampleEvery is the wait-event sampling period (0: no sampling).
+	SampleEvery time.Duration
+	// Progress receives progress lines (Go: every ProgressEvery; pgbench:
+	// its -P 1 lines).
+	Progress      func(string)
+	ProgressEvery time.Duration
+	// Seed of an open loop's schedule.
+	Seed uint64
+}
+
+// Trial is the result of one Spec.
+type Trial struct {
+	Strategy  string            `json:"strategy"`
+	Tool      Tool              `json:"tool"`
+	Control   string            `json:"control,omitempty"`
+	Clients   int               `json:"clients"`
+	Stock     int               `json:"stock"`
+	Admission *admission.Limits `json:"admission,omitempty"`
+	SKU       string            `json:"sku"`
+	Started   time.Time         `json:"started"`
+	Run       *Run              `json:"run"`
+	Cost      Cost              `json:"cost"`
+	PerHeld   PerSuccess        `json:"per_success"`
+	Waits     *Waits            `json:"waits,omitempty"`
+	Gate      *admission.Stats  `json:"gate,omitempty"`
+	Pgbench   *PgbenchResult    `json:"pgbench,omitempty"`
+	// Audit is the deployment's conservation audit after the trial. For
+	// pgbench trials of strategies that count in memory, only Active (rows
+	// the script wrote) means anything.
+	Audit strategy.StockAudit `json:"audit"`
+	// SoldOut: a stock meant never to sell out did (some request was
+	// answered SOLD_OUT, or pgbench made as many reservations as there were
+	// units). Such a trial is not a never-sells-out measurement.
+	SoldOut bool `json:"sold_out"`
+}
+
+// RunTrial opens a fresh deployment of spec.Meta with a SKU of its own,
+// runs the load with the tool, and measures it. The sequence, for both
+// tools: open the deployment; close every connection (their statistics are
+// then reported); connect the clients; read the counters; run (sampling
+// pg_stat_activity); close every connection again and wait until the
+// server has none; read the counters; audit.
+func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
+	if spec.Clients < 1 {
+		return nil, fmt.Errorf("bench: %d clients", spec.Clients)
+	}
+	db, err := e.Database(ctx, spec.Meta.Name)
+	if err != nil {
+		return nil, err
+	}
+	serial := e.next()
+	sku := fmt.Sprintf("bench-%06d", serial)
+	t := &Trial{Strategy: spec.Meta.Name, Tool: spec.Tool, Control: spec.Control, Clients: spec.Clients,
+		Stock: spec.Stock, Admission: spec.Admission, SKU: sku, Started: time.Now()}
+	load := Load{Clients: spec.Clients, Duration: spec.Duration, SKU: sku, KeyBase: serial * 10_000 * KeyStride,
+		Rate: spec.Rate, LateLimit: spec.LateLimit, Seed: spec.Seed + uint64(serial)}
+
+	poolSize := spec.Clients
+	if spec.Tool == ToolPgbench {
+		poolSize = 2 // Open and Audit only
+	} else if spec.Admission != nil && spec.Admission.InFlight < poolSize {
+		poolSize = spec.Admission.InFlight
+	}
+	trips := &roundTrips{}
+	pool, err := newPool(ctx, db.DSN, poolSize, trips)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	dep, err := spec.Meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: spec.Stock}}, Nodes: 1})
+	if err != nil {
+		return nil, fmt.Errorf("bench: open %s: %w", spec.Meta.Name, err)
+	}
+	defer dep.Close()
+
+	var script string
+	if spec.Tool == ToolPgbench {
+		if script, err = pgbenchScript(dep, spec.Control, sku); err != nil {
+			return nil, err
+		}
+		if e.Pgbench == nil {
+			return nil, errors.New("bench: no pgbench binary")
+		}
+	} else if spec.Control != "" {
+		return nil, errors.New("bench: control scripts run with pgbench only")
+	}
+
+	// Every connection that did setup work goes, so that its statistics are
+	// reported before the first reading.
+	pool.Reset()
+	if err := e.quiet(ctx, db.Name); err != nil {
+		return nil, err
+	}
+	if spec.Tool == ToolGo {
+		if err := warm(ctx, pool, poolSize); err != nil {
+			return nil, err
+		}
+	}
+	trips.queries.Store(0)
+	trips.prepares.Store(0)
+	before, err := e.counters(ctx, db.Name)
+	if err != nil {
+		return nil, err
+	}
+	var smp *sampler
+	if spec.SampleEvery > 0 {
+		if smp, err = startSampler(ctx, e.Server.AdminDSN("postgres"), db.Name, spec.SampleEvery); err != nil {
+			return nil, err
+		}
+	}
+
+	switch spec.Tool {
+	case ToolGo:
+		var s strategy.Strategy = dep.Node(0)
+		var gate *admission.Gate
+		if spec.Admission != nil {
+			if gate, err = admission.New(s, *spec.Admission); err != nil {
+				return nil, err
+			}
+			s = gate
+		}
+		if spec.Progress != nil && spec.ProgressEvery > 0 {
+			load.Progress = func(tk Tick) {
+				spec.Progress(fmt.Sprintf("progress: %.1f s, %.1f succ/s, lat %.3f ms (successes)",
+					tk.Elapsed.Seconds(), tk.HeldRate, float64(tk.MeanLatency)/float64(time.Millisecond)))
+			}
+			load.ProgressEvery = spec.ProgressEvery
+		}
+		t.Run = Drive(ctx, s, load)
+		if gate != nil {
+			st := gate.Stats()
+			t.Gate = &st
+		}
+	case ToolPgbench:
+		vars := map[string]string{
+			"n":      "0",
+			"base":   strconv.FormatInt(load.KeyBase, 10),
+			"sku":    sku,
+			"ttl_us": strconv.FormatInt(strategy.TTLForever.Microseconds(), 10),
+		}
+		t.Run, t.Pgbench, err = e.Pgbench.run(ctx, pgbenchRun{
+			dsn: db.DSN, script: PgbenchPrologue + script, vars: vars,
+			clients: spec.Clients, threads: runtime.NumCPU(), duration: spec.Duration,
+			rate: spec.Rate, lateLimit: spec.LateLimit, progress: spec.Progress,
+		})
+		if err != nil {
+			if smp != nil {
+				smp.finish()
+			}
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("bench: unknown tool %q", spec.Tool)
+	}
+	if smp != nil {
+		t.Waits = smp.finish()
+	}
+
+	pool.Reset()
+	if err := e.quiet(ctx, db.Name); err != nil {
+		return nil, err
+	}
+	after, err := e.counters(ctx, db.Name)
+	if err != nil {
+		return nil, err
+	}
+	t.Cost = after.since(before)
+	t.Cost.Queries, t.Cost.Prepares = trips.queries.Load(), trips.prepares.Load()
+	if spec.Tool == ToolGo {
+		t.Cost.PoolConns = poolSize
+	}
+	if t.Waits != nil {
+		t.Cost.Connections = t.Waits.MaxBackends
+	}
+	t.PerHeld = t.Cost.Per(t.Run.HeldTotal)
+
+	audits, err := dep.Audit(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: audit: %w", err)
+	}
+	if len(audits) == 1 {
+		t.Audit = audits[0]
+	}
+	t.SoldOut = t.Run.Outcomes[string(strategy.OutcomeSoldOut)] > 0 ||
+		(spec.Tool == ToolPgbench && t.Audit.Active >= spec.Stock)
+	return t, nil
+}
+
+func pgbenchScript(dep strategy.Deployment, control, sku string) (string, error) {
+	if control != "" {
+		cs, ok := dep.(PgbenchControlScripter)
+		if !ok {
+			return "", fmt.Errorf("bench: deployment %T has no control scripts", dep)
+		}
+		scripts, err := cs.PgbenchControls(sku)
+		if err != nil {
+			return "", err
+		}
+		s, ok := scripts[control]
+		if !ok {
+			return "", fmt.Errorf("bench: no control script %q", control)
+		}
+		return s, nil
+	}
+	ps, ok := dep.(PgbenchScripter)
+	if !ok {
+		return "", fmt.Errorf("bench: deployment %T has no pgbench script", dep)
+	}
+	return ps.PgbenchScript(sku)
+}
+
+func (e *Env) quiet(ctx context.Context, database string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return waitNoBackends(ctx, e.admin, database)
+}
+
+func (e *Env) counters(ctx context.Context, database string) (counters, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return readCounters(ctx, e.admin, database)
+}
+
+// newPool opens a pool of exactly size connections (once warmed) whose
+// round trips trips counts.
+func newPool(ctx context.Context, dsn string, size int, trips *roundTrips) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bench: parse dsn: %w", err)
+	}
+	cfg.MaxConns = int32(size)
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// warm connects every connection of the pool before the clock starts:
+// connection set-up is not part of a reservation (pgbench excludes it too).
+func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns[i], errs[i] = pool.Acquire(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bench: warm pool: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package memquota
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// PgbenchScript returns a pgbench custom script with the database part of
+// one reservation on its way to HELD, for the side-by-side runs of package
+// bench (it implements bench.PgbenchScripter without importing it).
+//
+// Only the database part can be replayed: the node's in-memory counter,
+// which decides whether a unit is left, is not in PostgreSQL at all. What a
+// reservation sends when its node has a unit is one statement in autocommit,
+// insertSQL, and that is the script:
+//
+//	\set node 0, \set lock hash_fnv1a(:key), \set attempt random(...)
+//	insertSQL   (:key, :user, :sku, :node, :ttl_us, :lock, :attempt)
+//
+// The advisory-lock id and the attempt number are computed on the client in
+// Go (FNV of the key's text, a random int64); the script computes values of
+// the same kind from the integer key. pgbench never decrements a counter, so
+// its rows are not counted by the node: a deployment pgbench wrote to fails
+// its audit by construction (drift = -rows written). Use a fresh one.
+func (d *Deployment) PgbenchScript(sku string) (string, error) {
+	if !d.known[sku] {
+		return "", strategy.UnknownSKU(sku)
+	}
+	var b strings.Builder
+	b.WriteString("\\set node 0\n")
+	b.WriteString("\\set lock hash_fnv1a(:key)\n")
+	b.WriteString("\\set attempt random(1, 1000000000000000)\n")
+	b.WriteString(strings.TrimSpace(pgbenchSQL(insertSQL, "key", "user", "sku", "node", "ttl_us", "lock", "attempt")) + ";\n")
+	return b.String(), nil
+}
+
+// pgbenchSQL writes a statement's $1, $2, ... as the pgbench variables
+// :vars[0], :vars[1], ...; nothing else in the statement changes.
+func pgbenchSQL(sql string, vars ...string) string {
+	pairs := make([]string, 0, 2*len(vars))
+	for i := len(vars); i >= 1; i-- { // $12 before $1
+		pairs = append(pairs, fmt.Sprintf("$%d", i), ":"+vars[i-1])
+	}
+	return strings.NewReplacer(pairs...).Replace(sql)
+}
