@@ -22,9 +22,13 @@ test: deps
 test-short: deps
 	$(GO) test -short -count=1 ./...
 
-## bench: the performance sweep (docs/performance.md)
+## bench: the performance sweep, fsync on (docs/performance.md, docs/perf/), under 15 minutes on 2 cores
 bench: deps
-	@echo "make bench: the performance sweep is not built yet (issue 8)"; exit 1
+	$(GO) run ./cmd/reservebench-bench
+
+## bench-quick: the same outputs from fewer points and trials, under 3 minutes
+bench-quick: deps
+	$(GO) run ./cmd/reservebench-bench -quick
 
 ## lint: formatting and vet
 lint:

@@ -149,6 +149,13 @@ func (r *Run) RefusedHist() *hdrhistogram.Histogram { return r.hist[ClassRefused
 // ShedHist returns the merged histogram of shed latencies (µs).
 func (r *Run) ShedHist() *hdrhistogram.Histogram { return r.hist[ClassShed] }
 
+// LagHist returns the merged histogram of schedule lags (µs, open loop).
+func (r *Run) LagHist() *hdrhistogram.Histogram { return r.lag }
+
+// MergeQuantiles reads quantiles from the merge of several histograms (of
+// several trials): quantiles are never averaged.
+func MergeQuantiles(hs ...*hdrhistogram.Histogram) Quantiles { return quantiles(merge(nil, hs...)) }
+
 // clientRec is one client's record; nothing in it is shared.
 type clientRec struct {
 	hist     [numClasses]*hdrhistogram.Histogram
@@ -264,10 +271,19 @@ func Drive(ctx context.Context, s strategy.Strategy, l Load) *Run {
 	wg.Wait()
 	stopProgress()
 
-	r := &Run{Loop: "closed", Clients: l.Clients, Window: l.Duration.Seconds(), Outcomes: map[string]int64{}, CPU: <-cpuDone}
+	var neverSent int64
+	if l.Rate > 0 {
+		neverSent = sched.drain(deadline)
+	}
+	return collect(l, recs, l.Duration, <-cpuDone, neverSent)
+}
+
+// collect merges the clients' records into a Run.
+func collect(l Load, recs []*clientRec, window time.Duration, cpu CPUUsage, neverSent int64) *Run {
+	r := &Run{Loop: "closed", Clients: l.Clients, Window: window.Seconds(), Outcomes: map[string]int64{}, CPU: cpu}
 	if l.Rate > 0 {
 		r.Loop, r.Rate = "open", l.Rate
-		r.NeverSent = sched.drain(deadline)
+		r.NeverSent = neverSent
 	}
 	var errs []error
 	for _, c := range recs {
@@ -309,6 +325,50 @@ func Drive(ctx context.Context, s strategy.Strategy, l Load) *Run {
 	r.ShedLatency = quantiles(r.hist[ClassShed])
 	r.Lag = quantiles(r.lag)
 	return r
+}
+
+// DriveN sends exactly n requests through l.Clients concurrent clients in
+// a closed loop (each client takes the next request number when its
+// previous request is answered) and returns what they saw, the window being
+// the time all n took. It is the shape testing.B wants (b.N operations);
+// the sweep uses Drive, whose window is fixed.
+func DriveN(ctx context.Context, s strategy.Strategy, l Load, n int) *Run {
+	if l.Clients < 1 {
+		l.Clients = 1
+	}
+	if l.TTL <= 0 {
+		l.TTL = strategy.TTLForever
+	}
+	recs := make([]*clientRec, l.Clients)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range recs {
+		recs[c] = &clientRec{outcomes: map[string]int64{}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := recs[c]
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				key := l.Key(c, i)
+				t0 := time.Now()
+				res, err := s.Reserve(ctx, strategy.Request{Key: key, User: key, SKU: l.SKU, TTL: l.TTL})
+				t1 := time.Now()
+				class, label, _ := classify(res, err)
+				if class == ClassError && rec.firstErr == nil {
+					rec.firstErr = err
+				}
+				rec.add(class, label, t1.Sub(t0), true, t1.Sub(start))
+			}
+		}()
+	}
+	wg.Wait()
+	window := time.Since(start)
+	return collect(l, recs, window, CPUUsage{}, 0)
 }
 
 // closedClient sends a request, waits for the answer, and sends the next,

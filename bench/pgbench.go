@@ -105,6 +105,7 @@ type pgbenchRun struct {
 	clients   int
 	threads   int
 	duration  time.Duration // whole seconds
+	txns      int           // > 0: -t txns per client instead of -T
 	rate      float64
 	lateLimit time.Duration
 	progress  func(line string)
@@ -161,11 +162,15 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 		"-n",             // no vacuum of pgbench's own tables: there are none
 		"-M", "prepared", // as pgx: statements prepared once per connection
 		"-c", strconv.Itoa(r.clients), "-j", strconv.Itoa(threads),
-		"-T", strconv.Itoa(secs),
 		"-P", "1",
 		"-f", scriptPath,
 		"-l", "--log-prefix=" + filepath.Join(dir, "log"),
 		"-h", cfg.Host, "-p", strconv.Itoa(int(cfg.Port)), "-U", cfg.User,
+	}
+	if r.txns > 0 {
+		args = append(args, "-t", strconv.Itoa(r.txns))
+	} else {
+		args = append(args, "-T", strconv.Itoa(secs))
 	}
 	if r.rate > 0 {
 		args = append(args, "--rate", strconv.FormatFloat(r.rate, 'f', 1, 64))
@@ -237,8 +242,12 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 	if err != nil {
 		return nil, res, err
 	}
+	window := float64(secs)
+	if r.txns > 0 && res.TPS > 0 {
+		window = float64(res.Transactions) / res.TPS
+	}
 	run := &Run{
-		Loop: "closed", Clients: r.clients, Window: float64(secs),
+		Loop: "closed", Clients: r.clients, Window: window,
 		Goodput: res.TPS, Throughput: res.TPS,
 		Held: res.Transactions, HeldTotal: res.Transactions, Errors: res.Failed,
 		Outcomes: map[string]int64{"TXN": res.Transactions},

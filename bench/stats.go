@@ -27,7 +27,8 @@ type Summary struct {
 	Max    float64 `json:"max"`
 }
 
-// Summarize computes a Summary of xs; NaNs are ignored.
+// Summarize computes a Summary of xs; NaNs and infinities are ignored. With
+// no value left it returns the zero Summary (N == 0).
 func Summarize(xs []float64) Summary {
 	var v []float64
 	for _, x := range xs {
@@ -36,11 +37,15 @@ func Summarize(xs []float64) Summary {
 		}
 	}
 	if len(v) == 0 {
-		return Summary{Median: math.NaN(), Mean: math.NaN(), Lo: math.NaN(), Hi: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+		return Summary{} // N == 0: no data (not NaN, which JSON cannot hold)
 	}
 	sort.Float64s(v)
 	s := Summary{N: len(v), Min: v[0], Max: v[len(v)-1]}
-	s.Median = stat.Quantile(0.5, stat.LinInterp, v, nil)
+	if n := len(v); n%2 == 1 {
+		s.Median = v[n/2]
+	} else {
+		s.Median = (v[n/2-1] + v[n/2]) / 2
+	}
 	s.Mean = stat.Mean(v, nil)
 	s.Lo, s.Hi = s.Mean, s.Mean
 	if len(v) > 1 {

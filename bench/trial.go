@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -115,6 +116,9 @@ type Spec struct {
 	Clients int
 	// Duration of the measured window; pgbench runs whole seconds.
 	Duration time.Duration
+	// Transactions > 0 makes pgbench run this many transactions per client
+	// (-t) instead of Duration: for tests of the scripts.
+	Transactions int
 	// Stock is the number of units of the trial's SKU. Every trial opens a
 	// fresh deployment with a SKU of its own.
 	Stock int
@@ -267,7 +271,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		}
 		t.Run, t.Pgbench, err = e.Pgbench.run(ctx, pgbenchRun{
 			dsn: db.DSN, script: PgbenchPrologue + script, vars: vars,
-			clients: spec.Clients, threads: runtime.NumCPU(), duration: spec.Duration,
+			clients: spec.Clients, threads: runtime.NumCPU(), duration: spec.Duration, txns: spec.Transactions,
 			rate: spec.Rate, lateLimit: spec.LateLimit, progress: spec.Progress,
 		})
 		if err != nil {
@@ -387,4 +391,40 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return fmt.Errorf("bench: warm pool: %w", err)
 	}
 	return nil
+}
+
+// Capabilities opens a one-unit deployment of m and reports whether it has
+// a pgbench script (PgbenchScripter) and which control scripts
+// (PgbenchControlScripter) it offers, sorted by name.
+func (e *Env) Capabilities(ctx context.Context, m strategy.Meta) (pgbench bool, controls []string, err error) {
+	db, err := e.Database(ctx, m.Name)
+	if err != nil {
+		return false, nil, err
+	}
+	pool, err := newPool(ctx, db.DSN, 2, &roundTrips{})
+	if err != nil {
+		return false, nil, err
+	}
+	defer pool.Close()
+	sku := fmt.Sprintf("caps-%06d", e.next())
+	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Nodes: 1})
+	if err != nil {
+		return false, nil, fmt.Errorf("bench: open %s: %w", m.Name, err)
+	}
+	defer dep.Close()
+	if ps, ok := dep.(PgbenchScripter); ok {
+		if _, err := ps.PgbenchScript(sku); err == nil {
+			pgbench = true
+		}
+	}
+	if cs, ok := dep.(PgbenchControlScripter); ok {
+		scripts, err := cs.PgbenchControls(sku)
+		if err == nil {
+			for name := range scripts {
+				controls = append(controls, name)
+			}
+			sort.Strings(controls)
+		}
+	}
+	return pgbench, controls, nil
 }

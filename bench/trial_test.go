@@ -1,0 +1,84 @@
+package bench_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reservebench/reservebench/bench"
+	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// TestTrials runs one short Go trial and, where the strategy has a pgbench
+// script, one pgbench trial of 5 transactions per client, for every
+// registered strategy, on the tests' server. It checks what was counted
+// (the reservations the audit finds, the counters' deltas, the samples),
+// never a speed.
+func TestTrials(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := bench.NewEnv(ctx, pgtest.Shared(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close(context.Background())
+	for _, m := range strategy.Registered() {
+		t.Run(m.Name, func(t *testing.T) {
+			tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolGo, Clients: 2, Duration: 150 * time.Millisecond,
+				Stock: 5000, SampleEvery: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := tr.Run
+			if run.Errors != 0 || run.Held == 0 || run.Refused != 0 {
+				t.Fatalf("held %d refused %d errors %d (%s)", run.Held, run.Refused, run.Errors, run.FirstErr)
+			}
+			if a := tr.Audit; a.Drift() != 0 || int64(a.Active) != run.HeldTotal {
+				t.Errorf("audit %+v after %d HELD", a, run.HeldTotal)
+			}
+			if c := tr.Cost; c.Commits < run.HeldTotal || c.RowsWritten < run.HeldTotal || c.WALBytes <= 0 || c.Queries < run.HeldTotal {
+				t.Errorf("cost %+v for %d HELD", c, run.HeldTotal)
+			}
+			if tr.Waits == nil || tr.Waits.Samples == 0 {
+				t.Errorf("no wait sample: %+v", tr.Waits)
+			}
+			if tr.SoldOut {
+				t.Error("a stock of 5000 sold out")
+			}
+
+			pg, controls, err := env.Capabilities(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pg {
+				t.Logf("%s has no pgbench script", m.Name)
+				return
+			}
+			if env.Pgbench == nil {
+				t.Skip("no pgbench binary")
+			}
+			for _, script := range append([]string{""}, controls...) {
+				tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolPgbench, Control: script, Clients: 2,
+					Transactions: 5, Stock: 5000})
+				if err != nil {
+					t.Fatalf("script %q: %v", script, err)
+				}
+				if tr.Pgbench.Transactions != 10 || tr.Pgbench.Failed != 0 {
+					t.Fatalf("script %q: pgbench %+v\n%s", script, tr.Pgbench, tr.Pgbench.Output)
+				}
+				if script == "" && tr.Audit.Active != 10 {
+					t.Errorf("the script made %d reservations in 10 transactions: %+v\n%s", tr.Audit.Active, tr.Audit,
+						strings.Join(tr.Pgbench.Args, " "))
+				}
+				if tr.Run.HeldLatency.N != 10 {
+					t.Errorf("script %q: %d latencies read from the log, want 10", script, tr.Run.HeldLatency.N)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/bench"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// Experiments of the sweep. Each trial belongs to one.
+const (
+	expClosed    = "closed"    // closed loop, stock that never sells out, Go and pgbench side by side
+	expControl   = "control"   // pgbench control scripts (parts of a reservation), same clients
+	expSellsOut  = "sellsout"  // closed loop, stock that sells out early in the window (Go)
+	expOpen      = "open"      // open loop, Poisson arrivals at fractions of the closed-loop peak (Go)
+	expAdmission = "admission" // closed loop through admission.Gate (Go)
+)
+
+// cell is one point of the sweep: everything but the trial number.
+type cell struct {
+	Exp      string     `json:"experiment"`
+	Strategy string     `json:"strategy"`
+	Tool     bench.Tool `json:"tool"`
+	Script   string     `json:"script,omitempty"` // control script name
+	Clients  int        `json:"clients"`
+	Stock    string     `json:"stock"`          // "plenty" or "sellsout"
+	Load     float64    `json:"load,omitempty"` // open loop: fraction of the closed-loop peak
+	Rate     float64    `json:"rate,omitempty"` // open loop: requests per second
+	Base     int        `json:"base,omitempty"` // open loop: the closed-loop client count the rate derives from
+	Admit    string     `json:"admit,omitempty"`
+	limits   *admission.Limits
+	meta     strategy.Meta
+}
+
+// name is the benchmark name of the cell, in the key=value form benchstat
+// reads: `benchstat -col /strategy results.txt` puts strategies side by side.
+func (c cell) name() string {
+	parts := []string{"BenchmarkReserve", "strategy=" + c.Strategy, fmt.Sprintf("clients=%d", c.Clients), "stock=" + c.Stock}
+	switch c.Exp {
+	case expOpen:
+		parts = append(parts, "loop=open", fmt.Sprintf("load=%.2f", c.Load))
+	default:
+		parts = append(parts, "loop=closed")
+	}
+	if c.Admit != "" {
+		parts = append(parts, "admit="+c.Admit)
+	}
+	parts = append(parts, "tool="+string(c.Tool))
+	if c.Script != "" {
+		parts = append(parts, "script="+c.Script)
+	}
+	return strings.Join(parts, "/")
+}
+
+func (c cell) key() string { return c.Exp + "|" + c.name() }
+
+// config is what the flags decide.
+type config struct {
+	Mode          string        `json:"mode"`
+	Strategies    []string      `json:"strategies"`
+	Clients       []int         `json:"clients"`
+	Trials        int           `json:"trials"`       // closed loop with pgbench
+	ExtraTrials   int           `json:"extra_trials"` // controls, sells-out, open loop, admission
+	Duration      time.Duration `json:"duration_ns"`
+	Experiments   []string      `json:"experiments"`
+	StockPlenty   int           `json:"stock_plenty"`
+	StockSellsOut int           `json:"stock_sellsout"`
+	OpenClients   int           `json:"open_clients"`
+	OpenLoads     []float64     `json:"open_loads"`
+	LateLimit     time.Duration `json:"late_limit_ns"`
+	AdmitClients  []int         `json:"admission_clients"`
+	ShedClients   []int         `json:"shed_clients"`
+	SampleEvery   time.Duration `json:"sample_every_ns"`
+	Seed          uint64        `json:"seed"`
+}
+
+func (c config) has(exp string) bool {
+	for _, e := range c.Experiments {
+		if e == exp {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep runs the experiments and collects every trial.
+type sweep struct {
+	cfg      config
+	env      *bench.Env
+	metas    []strategy.Meta
+	log      func(format string, args ...any)
+	progress time.Duration
+	trials   []*record
+	rng      *rand.Rand
+	started  time.Time
+	planned  int
+	done     int
+	caps     map[string]caps
+}
+
+// record is one trial with its cell.
+type record struct {
+	Cell  cell         `json:"cell"`
+	Round int          `json:"round"`
+	Trial *bench.Trial `json:"trial"`
+}
+
+// run executes phase by phase. Within a phase, every round runs each cell
+// once, in an order shuffled per round, and Go and pgbench trials of one
+// point run back to back, alternating which goes first: slow drift of the
+// machine (autovacuum, checkpoints, a neighbour) spreads over all cells
+// instead of landing on one.
+func (s *sweep) run(ctx context.Context) error {
+	s.started = time.Now()
+	// Phase 1: the closed loop with and without pgbench, controls, sells-out.
+	var phase1 [][]cell // groups run back to back
+	for _, m := range s.metas {
+		dep := s.probeCaps(m)
+		for _, c := range s.cfg.Clients {
+			if s.cfg.has(expClosed) {
+				g := []cell{{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", meta: m}}
+				if dep.pgbench {
+					g = append(g, cell{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolPgbench, Clients: c, Stock: "plenty", meta: m})
+				}
+				phase1 = append(phase1, g)
+			}
+			if s.cfg.has(expControl) {
+				for _, name := range dep.controls {
+					phase1 = append(phase1, []cell{{Exp: expControl, Strategy: m.Name, Tool: bench.ToolPgbench, Script: name, Clients: c, Stock: "plenty", meta: m}})
+				}
+			}
+			if s.cfg.has(expSellsOut) {
+				phase1 = append(phase1, []cell{{Exp: expSellsOut, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "sellsout", meta: m}})
+			}
+		}
+	}
+	for _, g := range phase1 {
+		for _, c := range g {
+			s.planned += s.trialsOf(c)
+		}
+	}
+	if s.cfg.has(expOpen) {
+		s.planned += s.cfg.ExtraTrials * len(s.metas) * len(s.cfg.OpenLoads) // an estimate until phase 2
+	}
+	if s.cfg.has(expAdmission) {
+		s.planned += s.cfg.ExtraTrials * len(s.metas) * (len(s.cfg.AdmitClients) + len(s.cfg.ShedClients))
+	}
+	if err := s.rounds(ctx, "phase 1 (closed loop, pgbench, controls, sells-out)", phase1); err != nil {
+		return err
+	}
+
+	// Phase 2: the open loop, at fractions of each strategy's closed-loop
+	// peak (Go, measured in phase 1 at the open loop's client count or the
+	// nearest below).
+	if s.cfg.has(expOpen) {
+		var phase2 [][]cell
+		for _, m := range s.metas {
+			base, peak := s.closedGoodput(m.Name, s.cfg.OpenClients)
+			if peak <= 0 {
+				s.log("open loop: no closed-loop goodput for %s; skipped", m.Name)
+				continue
+			}
+			for _, f := range s.cfg.OpenLoads {
+				phase2 = append(phase2, []cell{{Exp: expOpen, Strategy: m.Name, Tool: bench.ToolGo, Clients: s.cfg.OpenClients,
+					Stock: "plenty", Load: f, Rate: roundRate(f * peak), Base: base, meta: m}})
+			}
+		}
+		if err := s.rounds(ctx, "phase 2 (open loop)", phase2); err != nil {
+			return err
+		}
+	}
+
+	// Phase 3: bounded admission with k in flight, k the client count at
+	// which the strategy's closed-loop goodput peaked in phase 1.
+	if s.cfg.has(expAdmission) {
+		var phase3 [][]cell
+		for _, m := range s.metas {
+			k := s.peakClients(m.Name)
+			if k == 0 {
+				continue
+			}
+			for _, c := range s.cfg.AdmitClients {
+				if k >= c {
+					continue // the gate would never close
+				}
+				l := admission.Limits{InFlight: k, Queue: c, Wait: 10 * time.Second, RetryAfter: 10 * time.Millisecond}
+				phase3 = append(phase3, []cell{{Exp: expAdmission, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty",
+					Admit: fmt.Sprintf("queue-k%d", k), limits: &l, meta: m}})
+			}
+			for _, c := range s.cfg.ShedClients {
+				if k >= c {
+					continue
+				}
+				l := admission.Limits{InFlight: k, Queue: k, Wait: 50 * time.Millisecond, RetryAfter: 10 * time.Millisecond}
+				phase3 = append(phase3, []cell{{Exp: expAdmission, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty",
+					Admit: fmt.Sprintf("shed-k%d", k), limits: &l, meta: m}})
+			}
+		}
+		if err := s.rounds(ctx, "phase 3 (admission)", phase3); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func countCells(groups [][]cell) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	return n
+}
+
+func roundRate(r float64) float64 {
+	if r < 10 {
+		return 10
+	}
+	return float64(int(r/10+0.5) * 10)
+}
+
+func (s *sweep) trialsOf(c cell) int {
+	if c.Exp == expClosed {
+		return s.cfg.Trials
+	}
+	return s.cfg.ExtraTrials
+}
+
+func (s *sweep) rounds(ctx context.Context, title string, groups [][]cell) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	most := 0
+	for _, g := range groups {
+		for _, c := range g {
+			most = max(most, s.trialsOf(c))
+		}
+	}
+	s.log("%s: %d points, up to %d trials each", title, countCells(groups), most)
+	for round := 1; round <= most; round++ {
+		var order [][]cell
+		for _, g := range groups {
+			var keep []cell
+			for _, c := range g {
+				if round <= s.trialsOf(c) {
+					keep = append(keep, c)
+				}
+			}
+			if len(keep) > 0 {
+				order = append(order, keep)
+			}
+		}
+		s.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, g := range order {
+			g = append([]cell(nil), g...)
+			if round%2 == 0 {
+				for i, j := 0, len(g)-1; i < j; i, j = i+1, j-1 {
+					g[i], g[j] = g[j], g[i]
+				}
+			}
+			for _, c := range g {
+				if err := s.one(ctx, c, round); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (s *sweep) one(ctx context.Context, c cell, round int) error {
+	stock := s.cfg.StockPlenty
+	if c.Stock == "sellsout" {
+		stock = s.cfg.StockSellsOut
+	}
+	prefix := fmt.Sprintf("%s %s c=%d", c.Strategy, c.Tool, c.Clients)
+	if c.Script != "" {
+		prefix += " script=" + c.Script
+	}
+	if c.Exp == expOpen {
+		prefix += fmt.Sprintf(" open %.0f/s", c.Rate)
+	}
+	if c.Admit != "" {
+		prefix += " admit=" + c.Admit
+	}
+	if c.Stock == "sellsout" {
+		prefix += " sells-out"
+	}
+	spec := bench.Spec{
+		Meta: c.meta, Tool: c.Tool, Control: c.Script, Clients: c.Clients, Duration: s.cfg.Duration,
+		Stock: stock, Rate: c.Rate, LateLimit: s.cfg.LateLimit, Admission: c.limits,
+		SampleEvery: s.cfg.SampleEvery, Seed: s.cfg.Seed + uint64(round),
+		Progress:      func(line string) { s.log("  %s %s", prefix, line) },
+		ProgressEvery: s.progress,
+	}
+	t, err := s.env.RunTrial(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("%s (round %d): %w", prefix, round, err)
+	}
+	s.trials = append(s.trials, &record{Cell: c, Round: round, Trial: t})
+	s.done++
+	r := t.Run
+	line := fmt.Sprintf("[%d/%d %s] %-44s round %d: %8.1f succ/s, lat p50 %.2f p99 %.2f ms",
+		s.done, s.planned, time.Since(s.started).Round(time.Second), prefix, round, r.Goodput, r.HeldLatency.P50, r.HeldLatency.P99)
+	if r.Refused > 0 {
+		line += fmt.Sprintf(", refused %d (p99 %.2f ms)", r.Refused, r.RefusedLatency.P99)
+	}
+	if r.Shed > 0 {
+		line += fmt.Sprintf(", shed %d", r.Shed)
+	}
+	if r.Errors > 0 {
+		line += fmt.Sprintf(", ERRORS %d: %s", r.Errors, r.FirstErr)
+	}
+	if c.Stock == "plenty" && t.SoldOut {
+		line += " (WARNING: the stock sold out)"
+	}
+	s.log("%s", line)
+	return nil
+}
+
+// closedGoodput is the median closed-loop Go goodput of a strategy at the
+// largest measured client count not above clients, and that count.
+func (s *sweep) closedGoodput(strat string, clients int) (int, float64) {
+	best := 0
+	for _, c := range s.cfg.Clients {
+		if c <= clients && c > best {
+			best = c
+		}
+	}
+	var xs []float64
+	for _, r := range s.trials {
+		if r.Cell.Exp == expClosed && r.Cell.Strategy == strat && r.Cell.Tool == bench.ToolGo && r.Cell.Clients == best {
+			xs = append(xs, r.Trial.Run.Goodput)
+		}
+	}
+	return best, bench.Summarize(xs).Median
+}
+
+// peakClients is the client count with the highest median closed-loop Go
+// goodput of a strategy.
+func (s *sweep) peakClients(strat string) int {
+	byClients := map[int][]float64{}
+	for _, r := range s.trials {
+		if r.Cell.Exp == expClosed && r.Cell.Strategy == strat && r.Cell.Tool == bench.ToolGo {
+			byClients[r.Cell.Clients] = append(byClients[r.Cell.Clients], r.Trial.Run.Goodput)
+		}
+	}
+	keys := make([]int, 0, len(byClients))
+	for k := range byClients {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	best, bestV := 0, -1.0
+	for _, k := range keys {
+		if v := bench.Summarize(byClients[k]).Median; v > bestV {
+			best, bestV = k, v
+		}
+	}
+	return best
+}
+
+// caps is what a strategy's deployment offers the sweep.
+type caps struct {
+	pgbench  bool
+	controls []string
+}
+
+// probeCaps returns the capabilities learned before the sweep (discoverCaps).
+func (s *sweep) probeCaps(m strategy.Meta) caps { return s.caps[m.Name] }
+
+// discoverCaps opens one deployment of each strategy and asks it.
+func (s *sweep) discoverCaps(ctx context.Context) error {
+	s.caps = map[string]caps{}
+	for _, m := range s.metas {
+		pg, controls, err := s.env.Capabilities(ctx, m)
+		if err != nil {
+			return err
+		}
+		s.caps[m.Name] = caps{pgbench: pg && s.env.Pgbench != nil, controls: controls}
+		if s.env.Pgbench == nil {
+			s.caps[m.Name] = caps{}
+		}
+	}
+	return nil
+}
