@@ -587,7 +587,7 @@ func fmtRatio(s bench.Summary) string {
 	if s.N == 1 {
 		return fmt.Sprintf("%.2f", s.Median)
 	}
-	return fmt.Sprintf("%.2f [%.2f, %.2f]", s.Median, s.Lo, s.Hi)
+	return fmt.Sprintf("%.2f [%.2f, %.2f]", s.Median, math.Max(s.Lo, 0), s.Hi)
 }
 
 func ms(v float64) string {
