@@ -71,6 +71,7 @@ func run() error {
 		if err := json.Unmarshal(b, &res); err != nil {
 			return fmt.Errorf("%s: %w", *render, err)
 		}
+		res.RenderedFrom = filepath.ToSlash(*render)
 		return res.writeReport(*outDir, *docPath, logf0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -184,6 +185,9 @@ type results struct {
 	Caps      map[string][]string `json:"control_scripts"`
 	Summaries []*summary          `json:"summaries"`
 	Trials    []*record           `json:"trials"`
+	// RenderedFrom is set (not stored) when the report is rendered again
+	// from a results.json with -render.
+	RenderedFrom string `json:"-"`
 }
 
 type metaInfo struct {

@@ -20,6 +20,9 @@ func (r *results) render(perf string, plots []plotFile) string {
 	w("# Performance: what each strategy costs\n\n")
 	w("> **Generated** by `make bench` (`%s`) on %s, in %s; do not edit by hand, run it again. ",
 		strings.TrimSpace(r.Command), r.Started.UTC().Format("2006-01-02 15:04 MST"), fmtDur(r.Elapsed))
+	if r.RenderedFrom != "" {
+		w("(This text was rendered again from that run's `%s` with `-render`: same data, newer wording.) ", r.RenderedFrom)
+	}
 	w("Mode **%s**: %d trials per point of the closed loop (Go and pgbench), %d per point of the other experiments, %v measured window per trial, clients %s. ",
 		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.Duration, joinInts(cfg.Clients))
 	w("Raw data: [`%s/results.txt`](%s/results.txt) (Go benchmark format, one line per trial: `benchstat -col /strategy %s/results.txt`), ",
@@ -115,6 +118,62 @@ func (r *results) headline(b *strings.Builder, ix index) {
 		} else {
 			w(" %.2f–%.2f |\n", lo, hi)
 		}
+	}
+	w("\n")
+	r.findings(b, ix)
+}
+
+// findings lists what the tables below show, computed from this run.
+func (r *results) findings(b *strings.Builder, ix index) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	mx := r.maxClients()
+	w("What this run shows (each point is backed by a section below):\n\n")
+	best, bestC, bestV := "", 0, 0.0
+	for _, name := range r.strategies() {
+		if c, s := r.peak(ix, name); s != nil && s.Goodput.Median > bestV {
+			best, bestC, bestV = name, c, s.Goodput.Median
+		}
+	}
+	if best != "" {
+		w("- The most goodput: `%s`, %.0f reservations/s at %s (section 1); what it gives up for that is in table 28-1, not here.\n", best, bestV, clientsStr(bestC))
+	}
+	for _, name := range r.strategies() {
+		pc, ps := r.peak(ix, name)
+		last := ix.find(expClosed, name, bench.ToolGo, "", mx, "")
+		if ps == nil || last == nil || pc >= mx || last.Goodput.Median >= 0.6*ps.Goodput.Median {
+			continue
+		}
+		w("- `%s` falls from %.0f/s at %s to %.0f/s at %d clients (p99 %s ms)", name, ps.Goodput.Median, clientsStr(pc), last.Goodput.Median, mx, ms(last.Held.P99))
+		var adm []string
+		as := ix.filter(func(c cell) bool { return c.Exp == expAdmission && c.Strategy == name && c.Clients == mx })
+		sort.Slice(as, func(i, j int) bool { return as[i].Cell.Admit < as[j].Cell.Admit })
+		for _, s := range as {
+			adm = append(adm, fmt.Sprintf("%.0f/s with admission %s (p99 %s ms)", s.Goodput.Median, s.Cell.Admit, ms(s.Held.P99)))
+		}
+		if len(adm) > 0 {
+			w("; through `admission.Gate` at the same %d clients: %s (section 6)", mx, strings.Join(adm, ", "))
+		}
+		w(".\n")
+	}
+	var withControls []string
+	for _, name := range r.strategies() {
+		if len(r.Caps[name]) > 0 {
+			withControls = append(withControls, "`"+name+"`")
+		}
+	}
+	if len(withControls) > 0 {
+		w("- Why %s falls (section 5): commits on one hot row go one at a time (one WAL flush each: no group commit), and every commit wakes the queue of waiters, whose lock-manager and buffer-lock traffic takes the %d cores from the one transaction that holds the row; keeping the row locked across a client round trip, and the foreign key's KEY SHARE locks on the same row, make each turn longer as the queue grows. Section 5 also says, from the sampled wait events, why the others fall.\n", strings.Join(withControls, ", "), r.Machine.Cores)
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, name := range r.strategies() {
+		for _, c := range r.Config.Clients {
+			if rt := ratios(r.Trials, name, c); rt.N > 0 {
+				lo, hi = math.Min(lo, rt.Median), math.Max(hi, rt.Median)
+			}
+		}
+	}
+	if !math.IsInf(lo, 0) {
+		w("- Go against pgbench running the same SQL on the same server: median ratios from %.2f to %.2f over all strategies and client counts (section 1). The SQL and the server, not the Go code, set the shape of every curve.\n", lo, hi)
 	}
 	w("\n")
 }
@@ -321,6 +380,85 @@ func (r *results) collapseSection(b *strings.Builder, ix index, perf string, plo
 		r.waitTable(b, ix, name)
 		r.explain(b, ix, name, controls)
 	}
+	r.others(b, ix)
+}
+
+// others describes, from the sampled states, why strategies without
+// control scripts lose goodput as clients grow.
+func (r *results) others(b *strings.Builder, ix index) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	mx := r.maxClients()
+	first := true
+	for _, name := range r.strategies() {
+		if len(r.Caps[name]) > 0 {
+			continue
+		}
+		pc, peak := r.peak(ix, name)
+		last := ix.find(expClosed, name, bench.ToolGo, "", mx, "")
+		if peak == nil || last == nil || pc >= mx || last.Goodput.Median >= 0.6*peak.Goodput.Median || len(last.Waits) == 0 {
+			continue
+		}
+		if first {
+			w("### The other strategies that fall\n\n")
+			w("Without control scripts, the sampled states at %d clients (mean backends per sample, Go runs) say where the time goes.\n\n", mx)
+			w("| strategy | goodput peak → at %d | cores busy | ctx sw / success | states at %d clients | heads of lock queues |\n|---|---|---:|---:|---|---|\n", mx, mx)
+			first = false
+		}
+		var states, heads []string
+		for i, k := range bench.Top(last.Waits) {
+			if i == 5 {
+				break
+			}
+			states = append(states, fmt.Sprintf("%s %.1f", k, last.Waits[k]))
+		}
+		for _, k := range bench.Top(last.Holders) {
+			heads = append(heads, fmt.Sprintf("%s %.2f", k, last.Holders[k]))
+		}
+		w("| `%s` | %.0f at %s → %.0f | %.2f | %.0f → %.0f | %s | %s |\n", name, peak.Goodput.Median, clientsStr(pc), last.Goodput.Median,
+			last.Cores.Median, peak.CtxSw.Median, last.CtxSw.Median, strings.Join(states, ", "), strings.Join(heads, ", "))
+	}
+	if first {
+		return
+	}
+	w("\n")
+	for _, name := range r.strategies() {
+		if len(r.Caps[name]) > 0 {
+			continue
+		}
+		pc, peak := r.peak(ix, name)
+		last := ix.find(expClosed, name, bench.ToolGo, "", mx, "")
+		if peak == nil || last == nil || pc >= mx || last.Goodput.Median >= 0.6*peak.Goodput.Median || len(last.Waits) == 0 {
+			continue
+		}
+		lock, clientWait := 0.0, 0.0
+		lockLabel := ""
+		for k, v := range last.Waits {
+			switch {
+			case strings.HasPrefix(k, "Lock:"):
+				lock += v
+				if lockLabel == "" || v > last.Waits[lockLabel] {
+					lockLabel = k
+				}
+			case k == "idle" || k == "idle in transaction" || k == "Client:ClientRead":
+				clientWait += v
+			}
+		}
+		switch {
+		case lock > float64(mx)/2:
+			w("- `%s`: %.0f of %d backends queue on one lock (`%s`): one reservation at a time, like a hot row, but the machine is not saturated (%.2f cores busy), so goodput is 1 ÷ the time one reservation holds the lock, every statement of it a round trip to a client that shares the cores. ",
+				name, lock, mx, lockLabel, last.Cores.Median)
+		case clientWait > float64(mx)/2 && last.Cores.Median > 0.85*float64(r.Machine.Cores):
+			w("- `%s`: no lock queue; %.0f of %d backends are waiting for their client (*idle*, *idle in transaction*) while %.2f of %d cores are busy: the machine is saturated, and %d backends plus the client process share it. ",
+				name, clientWait, mx, last.Cores.Median, r.Machine.Cores, mx)
+			if p := ix.find(expClosed, name, bench.ToolPgbench, "", mx, ""); p != nil {
+				w("pgbench, another client, reached %.0f/s at %d clients against Go's %.0f/s (section 1). ", p.Throughput.Median, mx, last.Goodput.Median)
+			}
+		default:
+			w("- `%s`: see the states above. ", name)
+		}
+		w("Admission helps where the queue, not the work, grew (section 6).\n")
+	}
+	w("\n")
 }
 
 // cellTPS is "rate [CI] · fsync · ctx sw" for one cell.
@@ -443,15 +581,6 @@ func (r *results) explain(b *strings.Builder, ix index, name string, controls []
 	w("Every commit releases the row to one waiter but wakes the others queued on the same lock: they all go through the one lock-manager partition that holds that lock (%.1f backends waiting on `LWLock:LockManager` at %d clients, %.1f at %s), ",
 		lw(last, "LWLock:LockManager"), mx, lw(peak, "LWLock:LockManager"), clientsStr(pc))
 	w("re-read the row's newest version on the one buffer page that holds it (%.1f on `LWLock:BufferContent` at %d clients)", lw(last, "LWLock:BufferContent"), mx)
-	mxact := false
-	for _, c := range r.Config.Clients {
-		if s := ix.find(expClosed, name, bench.ToolGo, "", c, ""); s != nil && lw(s, "LWLock:MultiXact") > 0.05 {
-			mxact = true
-		}
-	}
-	if mxact {
-		w(", and share-lock it: the reservation's INSERT checks its foreign key to the stock row with a KEY SHARE lock on that same row, so concurrent inserts and the updater make the row's locker a MultiXact (`LWLock:MultiXact*` waits)")
-	}
 	w(", and go back to sleep. On %d cores that work competes with the one transaction that could make progress: the lock holder needs a core to receive its client's next statement and to commit. ", r.Machine.Cores)
 	w("The heads of the lock queues table shows the holder itself: besides flushing WAL (`IO:WALSync`), it is found *idle in transaction*, i.e. holding the row while it waits for its client, and at high client counts waiting for an LWLock behind the very waiters it blocks.\n")
 	if u, bu := ix.find(expControl, name, bench.ToolPgbench, "update-only", mx, ""), ix.find(expControl, name, bench.ToolPgbench, "begin-update-commit", mx, ""); u != nil && bu != nil {
@@ -462,6 +591,25 @@ func (r *results) explain(b *strings.Builder, ix index, name string, controls []
 		w("Each client-side round trip inside the lock lengthens the critical section by a scheduling delay on a machine whose cores are busy with waiters. Go and pgbench collapse alike, so the cause is in the transaction's shape and the server, not in the Go client.\n\n")
 	} else {
 		w("\n")
+	}
+	if ins, upd := ix.find(expControl, name, bench.ToolPgbench, "insert-only", mx, ""), ix.find(expControl, name, bench.ToolPgbench, "update-only", mx, ""); ins != nil && upd != nil {
+		ins1 := ix.find(expControl, name, bench.ToolPgbench, "insert-only", r.Config.Clients[0], "")
+		upd1 := ix.find(expControl, name, bench.ToolPgbench, "update-only", r.Config.Clients[0], "")
+		if ins1 != nil && upd1 != nil {
+			mxact := 0.0
+			for k, v := range last.Waits {
+				if strings.HasPrefix(k, "LWLock:MultiXact") {
+					mxact += v
+				}
+			}
+			w("4. *The foreign key touches the hot row too.* The reservation's INSERT checks its foreign key to the stock row, which takes a KEY SHARE lock on that same row. KEY SHARE does not conflict with the UPDATE's lock, so nobody waits for it, but while an UPDATE of the row is uncommitted every such lock makes PostgreSQL record a new MultiXact listing all the row's current lockers. ")
+			w("WAL per success shows it: %.0f bytes at %s, %.0f at %d clients, while neither part alone grows like that (`insert-only` %.0f → %.0f bytes, `update-only` %.0f → %.0f); %.2f backends waited on `LWLock:MultiXact*` at %d clients. ",
+				one.WALBytes.Median, clientsStr(one.Cell.Clients), last.WALBytes.Median, mx, ins1.WALBytes.Median, ins.WALBytes.Median, upd1.WALBytes.Median, upd.WALBytes.Median, mxact, mx)
+			if st := lw(last, "LWLock:SubtransSLRU"); st > 0.05 {
+				w("The savepoint adds a little: the row's locker is a subtransaction, which waiters resolve through pg_subtrans (%.2f on `LWLock:SubtransSLRU`). ", st)
+			}
+			w("(slotrows' and memquota's schemas leave out exactly this foreign key, for this reason; their comments say so.)\n\n")
+		}
 	}
 	if idle := lw(last, "idle"); idle > 1 {
 		w("At %d clients %.1f backends on average were *idle* (between transactions) or *idle in transaction*: waiting for their client, which shares the %d cores; the client is part of the critical section whenever it holds the row.\n\n", mx, idle, r.Machine.Cores)
@@ -540,6 +688,7 @@ func (r *results) caveats(b *strings.Builder) {
 	w("- **Short windows.** %v per trial keeps the full sweep under 15 minutes; tails longer than the window cannot be observed (section 1), and effects that build up over minutes (table and index growth, autovacuum, checkpoints) are only sampled. WAL bytes are server-wide and include whatever else wrote WAL in the window (autovacuum; full-page images after a checkpoint).\n", r.Config.Duration)
 	w("- **One SKU.** Every request asks for the same SKU: the worst case for strategies with a hot row, the common case of a flash sale. Spreading requests over many SKUs would remove most of the contention measured here.\n")
 	w("- **pgbench replays the HELD path only**, with keys computed as integers, and for `memquota` only the database part. Ratios near 1 say the Go code adds little to the SQL; ratios above 1 at high client counts mean pgbench's own single process (2 threads for all clients) was the slower client there.\n")
+	w("- **The load generator shares the cores too.** In the open loop, a request is *late* when its worker wakes more than 1 ms after the planned time; on 2 busy cores timer wake-ups themselves lag, so some lateness appears even well below capacity. It is counted, as it should be: a real client on a loaded host is late too.\n")
 	w("- `memquota` and `memquota-recover` run the same reserve path (they differ only on restart): their difference is a measure of the noise.\n")
 	w("- The open loop's rates come from the closed loop of the same run; a strategy whose closed-loop goodput at %d clients was itself depressed gets proportionally low rates.\n\n", r.Config.OpenClients)
 }
