@@ -512,6 +512,36 @@ func runServerCrash(ctx context.Context, t *trial) error {
 	t.vary("refused before the crash", fail)
 	t.vary("outcome unknown at the crash", info)
 
+	// What the crash left: acknowledged reservations must all be there, and
+	// the audit right after the restart shows what in-memory counters made
+	// of the requests in flight (memquota holds their units in doubt).
+	var ackedKeys []string
+	for _, op := range t.hist.Ops() {
+		if op.Kind == "reserve" && op.Type == OpOK {
+			ackedKeys = append(ackedKeys, op.Req.Key)
+		}
+	}
+	present, err := t.lookupAll(ctx, ackedKeys)
+	if err != nil {
+		return err
+	}
+	missing := 0
+	for _, d := range present {
+		if d.Status == strategy.StatusNotFound {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.fact("acknowledged before the crash, present after recovery", "all")
+	} else {
+		t.fact("acknowledged before the crash, present after recovery", "%d missing", missing)
+	}
+	early, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	t.vary("drift right after the restart, before any request", early[t.sku(in.Stock[0].SKU)].Drift())
+
 	// The strategy serves again once the server is back.
 	sku := t.sku(in.Stock[0].SKU)
 	served := 0
@@ -522,6 +552,11 @@ func runServerCrash(ctx context.Context, t *trial) error {
 		}
 	}
 	t.fact("served after restart", "%d of 3", served)
+	late, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	t.fact("drift once it serves again", "%d", late[sku].Drift())
 	t.check(Base, "the strategy serves requests again after the server restarts", served == 3, fmt.Sprintf("%d of 3 requests acknowledged", served))
 	return nil
 }
