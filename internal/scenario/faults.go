@@ -570,7 +570,9 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	if err := t.syncStandby(ctx, "reservebench_no_such_standby"); err != nil {
 		return err
 	}
-	t.load(ctx, t.in.Requests, "slow", 400*time.Millisecond, nil, nil, nil)
+	// A second is far more than a reservation needs to reach its COMMIT, even
+	// under -race on a loaded machine; the COMMIT then waits for ever.
+	t.load(ctx, t.in.Requests, "slow", time.Second, nil, nil, nil)
 	if err := t.syncStandby(ctx, ""); err != nil {
 		return err
 	}
