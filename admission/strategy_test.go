@@ -12,7 +12,7 @@ import (
 
 	"github.com/reservebench/reservebench/admission"
 	_ "github.com/reservebench/reservebench/all"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 

@@ -7,8 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/reservebench/reservebench/advisorylock"
-	"github.com/reservebench/reservebench/internal/pgtest"
-	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
@@ -24,7 +23,7 @@ func TestConformance(t *testing.T) {
 // both units after t1 rolls back.
 func TestPhantomWaitsInsteadOfSellingOut(t *testing.T) {
 	db, admin := pgtest.Pools(t)
-	r, err := scenario.Run(context.Background(), scenario.Env{Meta: advisorylock.Meta(), DB: db, Admin: admin}, scenario.Must("phantom"))
+	r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: advisorylock.Meta(), DB: db, Admin: admin}, strategytest.MustScenario("phantom"))
 	require.NoError(t, err)
 	require.Equal(t, "t1 HELD (rolled back); t2 HELD after waiting; t3 HELD after waiting; 0 free at end",
 		r.Fact("seed order: t1.reserve, t2, t3, t1.end"))

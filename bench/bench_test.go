@@ -11,7 +11,7 @@ import (
 
 	_ "github.com/reservebench/reservebench/all"
 	"github.com/reservebench/reservebench/bench"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/reservebench/reservebench/bench"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 

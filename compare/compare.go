@@ -1,5 +1,5 @@
 // Package compare is the harness behind table 28-1: it runs every scenario of
-// testdata/scenarios, with identical inputs, against every registered
+// strategy/strategytest/scenarios, with identical inputs, against every registered
 // strategy on a real PostgreSQL, and renders the results.
 //
 // `go test ./compare` runs it (TestTable28_1) and rewrites
@@ -19,16 +19,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reservebench/reservebench/internal/scenario"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // Options configure a run.
 type Options struct {
 	// Strategies to run; nil means strategy.Registered().
 	Strategies []strategy.Meta
-	// Scenarios to run; nil means every scenario in testdata/scenarios.
-	Scenarios []*scenario.Input
+	// Scenarios to run; nil means every scenario the kit embeds (strategytest.Load).
+	Scenarios []*strategytest.Scenario
 	// Short runs fewer repetitions and smaller storms.
 	Short bool
 	// Parallel is how many strategies run at once (default 1).
@@ -41,14 +41,14 @@ type Options struct {
 	// uses, with control over that server, for the scenarios marked
 	// exclusive_server (crash, commit timeout). Those scenarios run one
 	// strategy at a time. Nil: they are reported as not supported.
-	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv scenario.ServerControl, done func(), err error)
+	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv strategytest.ServerControl, done func(), err error)
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
 
 // Report is the outcome of a run.
 type Report struct {
-	Scenarios  []*scenario.Input
+	Scenarios  []*strategytest.Scenario
 	Strategies []*StrategyReport
 	// Controls are the negative controls, when the caller ran them.
 	Controls []*ControlReport
@@ -59,7 +59,7 @@ type Report struct {
 // StrategyReport is every scenario's result for one strategy.
 type StrategyReport struct {
 	Meta    strategy.Meta
-	Results []*scenario.Result // in the order of Report.Scenarios
+	Results []*strategytest.Result // in the order of Report.Scenarios
 }
 
 // ControlReport is a negative control: a deliberately broken strategy that
@@ -88,7 +88,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		opts.Strategies = strategy.Registered()
 	}
 	if opts.Scenarios == nil {
-		all, err := scenario.Load()
+		all, err := strategytest.Scenarios()
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*scenario.Input) (*StrategyReport, error) {
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario) (*StrategyReport, error) {
 	db, admin, done, err := opts.Database(ctx, meta.Name)
 	if err != nil {
 		return nil, fmt.Errorf("compare: database for %s: %w", meta.Name, err)
@@ -127,13 +127,13 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	sr := &StrategyReport{Meta: meta}
 	start := time.Now()
 	for _, in := range scenarios {
-		env := scenario.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
-		var r *scenario.Result
+		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
+		var r *strategytest.Result
 		var err error
 		if in.ExclusiveServer {
 			r, err = runExclusive(ctx, opts, env, in)
 		} else {
-			r, err = scenario.Run(ctx, env, in)
+			r, err = strategytest.RunScenario(ctx, env, in)
 		}
 		if err != nil {
 			return sr, fmt.Errorf("compare: %w", err)
@@ -152,9 +152,9 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 // exclusive serialises the scenarios that crash or reconfigure their server.
 var exclusive sync.Mutex
 
-func runExclusive(ctx context.Context, opts Options, env scenario.Env, in *scenario.Input) (*scenario.Result, error) {
+func runExclusive(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (*strategytest.Result, error) {
 	if opts.ExclusiveDatabase == nil {
-		return scenario.Run(ctx, env, in) // Env.Server is nil: reported as not supported
+		return strategytest.RunScenario(ctx, env, in) // Env.Server is nil: reported as not supported
 	}
 	exclusive.Lock()
 	defer exclusive.Unlock()
@@ -164,14 +164,14 @@ func runExclusive(ctx context.Context, opts Options, env scenario.Env, in *scena
 	}
 	defer done()
 	env.DB, env.Admin, env.Server = db, admin, srv
-	return scenario.Run(ctx, env, in)
+	return strategytest.RunScenario(ctx, env, in)
 }
 
 // ordered sorts scenarios by the seed's case number, then name; scenarios
 // that are not the seed's come last.
-func ordered(in []*scenario.Input) []*scenario.Input {
-	out := append([]*scenario.Input(nil), in...)
-	rank := func(s *scenario.Input) string {
+func ordered(in []*strategytest.Scenario) []*strategytest.Scenario {
+	out := append([]*strategytest.Scenario(nil), in...)
+	rank := func(s *strategytest.Scenario) string {
 		if len(s.Case) == 6 && s.Case[:4] == "C28-" {
 			return "0" + s.Case
 		}

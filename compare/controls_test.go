@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/compare"
-	"github.com/reservebench/reservebench/internal/scenario"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 // The negative controls of seed 000 (C28-10..C28-12): strategy A with one
@@ -71,7 +71,7 @@ func controls() []*compare.ControlReport {
 // strategies by name.
 func init() {
 	for _, c := range controls() {
-		scenario.RegisterForHelpers(c.Meta)
+		strategytest.RegisterForHelpers(c.Meta)
 	}
 }
 

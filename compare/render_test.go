@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/reservebench/reservebench/compare"
-	"github.com/reservebench/reservebench/internal/scenario"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -17,15 +17,15 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // change to the renderer shows up as a diff of testdata/render.golden.md
 // (a .got file is written next to it on mismatch; -update accepts it).
 func TestRenderGolden(t *testing.T) {
-	in := []*scenario.Input{
+	in := []*strategytest.Scenario{
 		{Name: "contention", Case: "C28-13", Title: "120 users, 40 units", Summary: "counts"},
 		{Name: "phantom", Case: "C28-14", Title: "2 units, t1 holds", Summary: "boundary"},
 	}
 	meta := func(name string, claims strategy.Claims) strategy.Meta {
 		return strategy.Meta{Name: name, Description: "mechanism of " + name, Correctness: "why " + name + " is right", Claims: claims}
 	}
-	res := func(s, name string, claims strategy.Claims, facts []scenario.Fact, checks ...*scenario.Check) *scenario.Result {
-		return &scenario.Result{Scenario: s, Case: "C", Strategy: name, Claims: claims, Trials: 1, Facts: facts, Checks: checks}
+	res := func(s, name string, claims strategy.Claims, facts []strategytest.Fact, checks ...*strategytest.Check) *strategytest.Result {
+		return &strategytest.Result{Scenario: s, Case: "C", Strategy: name, Claims: claims, Trials: 1, Facts: facts, Checks: checks}
 	}
 	a := strategy.NoOversell | strategy.NoPhantomSoldOut
 	b := strategy.NoOversell | strategy.NoWait
@@ -33,14 +33,14 @@ func TestRenderGolden(t *testing.T) {
 		Server:    "15",
 		Scenarios: in,
 		Strategies: []*compare.StrategyReport{
-			{Meta: meta("alpha", a), Results: []*scenario.Result{
-				res("contention", "alpha", a, []scenario.Fact{{Name: "storm", Value: "HELD 40, SOLD_OUT 80"}}),
-				res("phantom", "alpha", a, []scenario.Fact{{Name: "seed order: t1, t2", Value: "t2 HELD after waiting"}},
-					&scenario.Check{Claims: "no-wait", What: "no waiting", Trials: 2, Failed: 1, Verdict: scenario.Observed, Detail: "t2 waited"}),
+			{Meta: meta("alpha", a), Results: []*strategytest.Result{
+				res("contention", "alpha", a, []strategytest.Fact{{Name: "storm", Value: "HELD 40, SOLD_OUT 80"}}),
+				res("phantom", "alpha", a, []strategytest.Fact{{Name: "seed order: t1, t2", Value: "t2 HELD after waiting"}},
+					&strategytest.Check{Claims: "no-wait", What: "no waiting", Trials: 2, Failed: 1, Verdict: strategytest.Observed, Detail: "t2 waited"}),
 			}},
-			{Meta: meta("beta", b), Results: []*scenario.Result{
-				res("contention", "beta", b, []scenario.Fact{{Name: "storm", Value: "HELD 40 | HELD 39"}},
-					&scenario.Check{Claims: "no-oversell", What: "active <= total", Trials: 1, Failed: 1, Verdict: scenario.Violation, Detail: "41 > 40"}),
+			{Meta: meta("beta", b), Results: []*strategytest.Result{
+				res("contention", "beta", b, []strategytest.Fact{{Name: "storm", Value: "HELD 40 | HELD 39"}},
+					&strategytest.Check{Claims: "no-oversell", What: "active <= total", Trials: 1, Failed: 1, Verdict: strategytest.Violation, Detail: "41 > 40"}),
 				{Scenario: "phantom", Strategy: "beta", Skipped: "strategy does not implement SessionOpener"},
 			}},
 		},

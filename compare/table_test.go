@@ -14,9 +14,9 @@ import (
 
 	_ "github.com/reservebench/reservebench/all"
 	"github.com/reservebench/reservebench/compare"
-	"github.com/reservebench/reservebench/internal/pgtest"
-	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -55,7 +55,7 @@ func TestTable28_1(t *testing.T) {
 	}
 	ctlRep, err := compare.Run(ctx, compare.Options{
 		Strategies: metas,
-		Scenarios:  []*scenario.Input{scenario.Must("expiry-replay"), scenario.Must("same-user"), scenario.Must("kill-release")},
+		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("expiry-replay"), strategytest.MustScenario("same-user"), strategytest.MustScenario("kill-release")},
 		Short:      testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: 2,
 	})
 	if err != nil {
@@ -115,13 +115,13 @@ func databases(t *testing.T, srv *pgtest.Server) func(ctx context.Context, name 
 // that crash or reconfigure the server; it is stopped when the test ends.
 // Without local binaries (a user's DSN, or only Docker) those scenarios are
 // reported as not supported.
-func exclusiveDatabases(t *testing.T) func(context.Context, string) (*pgxpool.Pool, *pgxpool.Pool, scenario.ServerControl, func(), error) {
+func exclusiveDatabases(t *testing.T) func(context.Context, string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error) {
 	if os.Getenv(pgtest.EnvDSN) != "" {
 		t.Logf("%s is set: the crash and commit-timeout scenarios need a server of their own and are skipped", pgtest.EnvDSN)
 		return nil
 	}
 	var srv *pgtest.Server
-	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, scenario.ServerControl, func(), error) {
+	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error) {
 		if srv == nil {
 			s, err := pgtest.Start(ctx, pgtest.Options{})
 			if err != nil {

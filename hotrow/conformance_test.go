@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/reservebench/reservebench/hotrow"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/reservebench/reservebench/hotrow"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 

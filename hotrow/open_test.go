@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/reservebench/reservebench/hotrow"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )

@@ -3,7 +3,7 @@
 # RESERVEBENCH_DSN, or local binaries (initdb, pg_ctl, postgres, pgbench).
 # On Debian/Ubuntu it installs the `postgresql` package when they are
 # missing (as root, or through sudo). It never starts a server: the tests
-# start their own throwaway clusters (internal/pgtest).
+# start their own throwaway clusters (pgtest).
 set -eu
 
 if [ -n "${RESERVEBENCH_DSN:-}" ]; then

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )

@@ -4,8 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/reservebench/reservebench/internal/pgtest"
-	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/slotrows"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
@@ -30,7 +29,7 @@ func TestNoWait(t *testing.T) {
 	if !meta.Claims.Has(strategy.NoWait) || meta.Claims.Has(strategy.NoPhantomSoldOut) {
 		t.Fatalf("claims %v: B claims no-wait and not no-phantom-sold-out", meta.Claims)
 	}
-	r, err := scenario.Run(context.Background(), scenario.Env{Meta: meta, DB: db, Admin: admin}, scenario.Must("phantom"))
+	r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: meta, DB: db, Admin: admin}, strategytest.MustScenario("phantom"))
 	if err != nil {
 		t.Fatal(err)
 	}

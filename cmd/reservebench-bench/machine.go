@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/reservebench/reservebench/bench"
-	"github.com/reservebench/reservebench/internal/pgtest"
+	"github.com/reservebench/reservebench/pgtest"
 )
 
 // machine describes where the run happened.

@@ -184,7 +184,7 @@ func (r *results) machineSection(b *strings.Builder) {
 	w("## The machine\n\n")
 	w("Client and server share one machine: %d cores (%s), %.0f GiB of memory, Linux %s, %s/%s, %s. ",
 		m.Cores, m.CPUModel, m.MemoryGiB, m.Kernel, m.GOOS, m.GOARCH, m.GoVersion)
-	w("PostgreSQL %s, started for the run by `internal/pgtest` (kind `%s`: a throwaway cluster, Unix socket, no TCP), %s. ",
+	w("PostgreSQL %s, started for the run by `pgtest` (kind `%s`: a throwaway cluster, Unix socket, no TCP), %s. ",
 		m.PostgresVersion, m.ServerKind, m.PgbenchVersion)
 	w("An 8 kB write plus `fdatasync` in the cluster's directory took **%.2f ms** (median of 200, measured by the command before the sweep): ", m.FdatasyncMs)
 	w("with fsync on, a commit cannot be acknowledged faster than one such flush, unless several commits share it (group commit).\n\n")

@@ -12,8 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/reservebench/reservebench/internal/pgtest"
-	"github.com/reservebench/reservebench/internal/scenario"
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
@@ -260,7 +259,7 @@ func TestKitRunFailsTheTest(t *testing.T) {
 }
 
 func TestScenarioInputsAreValid(t *testing.T) {
-	ins, err := scenario.Load()
+	ins, err := strategytest.Scenarios()
 	require.NoError(t, err)
 	require.NotEmpty(t, ins)
 }

@@ -24,7 +24,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reservebench/reservebench/internal/scenario"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -36,7 +35,7 @@ const RaceRepetitions = 50
 // NewDB returns a fresh database for the kit: db is what the strategy gets
 // (ideally a non-superuser role, with room for at least 8 connections) and
 // admin is used for the kit's lock probes (pg_blocking_pids); it may be db.
-// internal/pgtest.Pools has this signature.
+// pgtest.Pools has this signature.
 type NewDB func(tb testing.TB) (db, admin *pgxpool.Pool)
 
 // Options tune Verify. The zero value is what Run uses, except Short, which
@@ -56,7 +55,7 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 	db, admin := newDB(t)
 	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db) })
 	t.Run("session", func(t *testing.T) { checkSession(t, meta, db) })
-	ins, err := scenario.Load()
+	ins, err := Scenarios()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 
 // Report turns a scenario result into test output: skipped, a failure per
 // violation, a log line per observed boundary.
-func Report(t testing.TB, r *scenario.Result) {
+func Report(t testing.TB, r *Result) {
 	t.Helper()
 	if r.Skipped != "" {
 		t.Skipf("%s: %s", r.Scenario, r.Skipped)
@@ -91,12 +90,12 @@ func Report(t testing.TB, r *scenario.Result) {
 
 // Verify runs the scenarios against meta and returns their results without
 // failing anything: for tests about the kit itself and for tools.
-func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, opts Options) ([]*scenario.Result, error) {
-	ins, err := scenario.Load()
+func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, opts Options) ([]*Result, error) {
+	ins, err := Scenarios()
 	if err != nil {
 		return nil, err
 	}
-	var out []*scenario.Result
+	var out []*Result
 	for _, in := range ins {
 		if len(opts.Only) > 0 && !contains(opts.Only, in.Name) {
 			continue
@@ -110,8 +109,8 @@ func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, op
 	return out, nil
 }
 
-func runOne(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, in *scenario.Input, opts Options) (*scenario.Result, error) {
-	env := scenario.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
+func runOne(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, in *Scenario, opts Options) (*Result, error) {
+	env := Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
 	if in.Race && !opts.Short {
 		env.Repetitions = max(in.Repetitions, RaceRepetitions)
 		if opts.RaceRepetitions > 0 {
@@ -120,13 +119,8 @@ func runOne(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, in
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	return scenario.Run(ctx, env, in)
+	return RunScenario(ctx, env, in)
 }
-
-// Together runs f(0), ..., f(n-1) in n goroutines released at once and
-// waits for them all, as the scenarios start their concurrent requests; for
-// a strategy's own race tests.
-func Together(n int, f func(i int)) { scenario.Together(n, f) }
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

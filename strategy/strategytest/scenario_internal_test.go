@@ -1,4 +1,4 @@
-package scenario
+package strategytest
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestLoadEveryScenario(t *testing.T) {
-	all, err := Load()
+	all, err := Scenarios()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestLoadEveryScenario(t *testing.T) {
 // permutation list: 4 steps with one constraint give 4!/2 = 12.
 func TestOrderings(t *testing.T) {
 	for name, want := range map[string]int{"phantom": 12, "same-user": 6, "same-key": 6} {
-		in := Must(name)
+		in := MustScenario(name)
 		all := orderings(in.steps())
 		if len(all) != want {
 			t.Errorf("%s: %d orderings, want %d", name, len(all), want)
@@ -67,7 +67,7 @@ func TestParseRejectsBadInput(t *testing.T) {
 		"seed order wrong":       `{"name":"x","case":"c","kind":"interleave","nodes":1,"stock":[{"sku":"a","total":1}],"sessions":[{"name":"t1","user":"u","key":"k","hold":true},{"name":"t2","user":"v","key":"l"}],"seed_order":["t1.reserve","t2"],"repetitions":1,"short_repetitions":1}`,
 		"crash without a server": `{"name":"x","case":"c","kind":"server-crash","nodes":1,"stock":[{"sku":"a","total":1}],"requests":1,"workers":1,"crash_after":[1],"repetitions":1,"short_repetitions":1}`,
 	} {
-		if _, err := Parse([]byte(doc)); !errors.Is(err, ErrInput) {
+		if _, err := ParseScenario([]byte(doc)); !errors.Is(err, ErrInput) {
 			t.Errorf("%s: Parse gave %v, want an error matching ErrInput", name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package scenario
+package strategytest
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type step struct {
 	End     bool
 }
 
-func (in *Input) steps() []step {
+func (in *Scenario) steps() []step {
 	var out []step
 	for i, s := range in.Sessions {
 		if s.Hold {

@@ -158,7 +158,7 @@ func (c *localCluster) writeConf(opts Options) error {
 		fsync = "on"
 	}
 	lines := []string{
-		"# written by reservebench/internal/pgtest",
+		"# written by reservebench/pgtest",
 		"listen_addresses = ''",
 		fmt.Sprintf("unix_socket_directories = '%s'", c.dir),
 		fmt.Sprintf("port = %d", socketPort),

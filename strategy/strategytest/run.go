@@ -1,4 +1,4 @@
-package scenario
+package strategytest
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type Env struct {
 }
 
 // ServerControl is what the exclusive-server scenarios do to the server
-// (internal/pgtest.Server implements it for clusters it started).
+// (pgtest.Server implements it for clusters it started).
 type ServerControl interface {
 	Crash(ctx context.Context) error
 	Restart(ctx context.Context) error
@@ -56,7 +56,7 @@ var ErrSetup = errors.New("scenario setup failed")
 
 // Run runs one scenario against one strategy, every trial, and returns the
 // judged result. An error means the scenario could not be run at all.
-func Run(ctx context.Context, env Env, in *Input) (*Result, error) {
+func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	r := &Result{
 		Scenario: in.Name, Case: in.Case, Title: in.Title,
 		Strategy: env.Meta.Name, Claims: env.Meta.Claims, Seed: in.SeedFor(env.Meta.Name),
@@ -202,7 +202,7 @@ func needs(caps ...capability) needsFunc {
 // SKUs, keys and users (all suffixed), so trials never see each other.
 type trial struct {
 	env    *Env
-	in     *Input
+	in     *Scenario
 	n      int
 	suffix string
 	cfg    strategy.Config

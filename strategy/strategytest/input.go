@@ -7,10 +7,11 @@
 // The conformance kit (strategy/strategytest) and the harness (compare) both
 // run these definitions, so a strategy's own tests and table 28-1 can never
 // disagree about what a scenario is.
-package scenario
+package strategytest
 
 import (
 	"bytes"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/reservebench/reservebench"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -38,8 +38,8 @@ const (
 	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
 )
 
-// Input is one scenario file.
-type Input struct {
+// Scenario is one scenario file.
+type Scenario struct {
 	Name  string `json:"name"`
 	Case  string `json:"case"` // the seed's case id, e.g. "C28-13", or "new"
 	Title string `json:"title"`
@@ -129,22 +129,28 @@ type SessionInput struct {
 // ErrInput is matched by every error about a malformed scenario file.
 var ErrInput = errors.New("invalid scenario input")
 
-// Load reads and validates every scenario in testdata/scenarios, sorted by name.
-func Load() ([]*Input, error) { return LoadFS(reservebench.ScenarioFiles, "testdata/scenarios") }
+// scenarioFiles holds the scenario inputs, one JSON file per scenario: the
+// single definition of what every strategy is run against.
+//
+//go:embed scenarios/*.json
+var scenarioFiles embed.FS
 
-// LoadFS reads and validates every *.json file in dir of fsys.
-func LoadFS(fsys fs.FS, dir string) ([]*Input, error) {
+// Scenarios reads and validates every scenario in scenarios/, sorted by name.
+func Scenarios() ([]*Scenario, error) { return LoadScenarios(scenarioFiles, "scenarios") }
+
+// LoadScenarios reads and validates every *.json file in dir of fsys.
+func LoadScenarios(fsys fs.FS, dir string) ([]*Scenario, error) {
 	names, err := fs.Glob(fsys, path.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
-	var out []*Input
+	var out []*Scenario
 	for _, name := range names {
 		b, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, err
 		}
-		in, err := Parse(b)
+		in, err := ParseScenario(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -157,9 +163,9 @@ func LoadFS(fsys fs.FS, dir string) ([]*Input, error) {
 	return out, nil
 }
 
-// Must returns the scenario with this name, or panics: for tests.
-func Must(name string) *Input {
-	all, err := Load()
+// MustScenario returns the scenario with this name, or panics: for tests.
+func MustScenario(name string) *Scenario {
+	all, err := Scenarios()
 	if err != nil {
 		panic(err)
 	}
@@ -171,11 +177,11 @@ func Must(name string) *Input {
 	panic("scenario: no scenario named " + name)
 }
 
-// Parse decodes one scenario, rejecting unknown fields, and validates it.
-func Parse(b []byte) (*Input, error) {
+// ParseScenario decodes one scenario, rejecting unknown fields, and validates it.
+func ParseScenario(b []byte) (*Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var in Input
+	var in Scenario
 	if err := dec.Decode(&in); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInput, err)
 	}
@@ -186,7 +192,7 @@ func Parse(b []byte) (*Input, error) {
 }
 
 // Validate checks that the input can be run.
-func (in *Input) Validate() error {
+func (in *Scenario) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInput, in.Name, fmt.Sprintf(format, args...))
 	}
@@ -317,14 +323,14 @@ func (in *Input) Validate() error {
 }
 
 // SeedFor returns what the seed reported for a strategy, or "".
-func (in *Input) SeedFor(name string) string {
+func (in *Scenario) SeedFor(name string) string {
 	if s, ok := in.Seed[name]; ok {
 		return s
 	}
 	return in.Seed["any"]
 }
 
-func (in *Input) stock(suffix string) []strategy.Stock {
+func (in *Scenario) stock(suffix string) []strategy.Stock {
 	out := make([]strategy.Stock, len(in.Stock))
 	for i, s := range in.Stock {
 		out[i] = strategy.Stock{SKU: s.SKU + suffix, Total: s.Total}
