@@ -3,6 +3,7 @@ package strategy
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -119,6 +120,15 @@ func (r Request) Validate() error {
 		return &RequestError{Field: "ttl", Reason: fmt.Sprintf("must be at most %v, got %v", MaxTTL, r.TTL)}
 	}
 	return nil
+}
+
+// Storable reports whether PostgreSQL text can hold key: valid UTF-8 without
+// NUL. A key it cannot hold was never stored, so Lookup of such a key answers
+// NOT_FOUND without querying, and Confirm and Release move nothing: no query
+// fails on the encoding. (Validate refuses such keys in a Request; Lookup and
+// the transitions take a bare key.)
+func Storable(key string) bool {
+	return utf8.ValidString(key) && !strings.ContainsRune(key, 0)
 }
 
 // BadRequest is the Result and error a strategy returns for an invalid request.
