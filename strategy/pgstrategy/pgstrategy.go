@@ -1,0 +1,39 @@
+// Package pgstrategy holds the plumbing that strategies over PostgreSQL
+// share, so that each strategy package keeps only its own design:
+//
+//   - [Tx], a transaction held open on a connection of its own: the body
+//     of a strategy.Session or strategy.ExpirySession (Backends, Commit,
+//     Rollback, ErrSessionEnded after the end), with hooks for state kept
+//     outside the database;
+//   - [Handle] and [Handles], the nodes of a deployment whose nodes keep
+//     nothing in memory: Node, Restart and Close with the contract's
+//     ErrNodeRange and ErrNodeClosed;
+//   - [Bind], a strategy's typed Open as Meta.Open or Meta.Attach;
+//   - [CreateSchema], the schema created once under an advisory lock;
+//   - [PgbenchSQL] and [PgbenchScript], a strategy's own SQL as a pgbench
+//     script.
+//
+// It imports only package strategy, pgx and the standard library; a
+// strategy may use any part of it and nothing here is required by the
+// contract.
+package pgstrategy
+
+import (
+	"context"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// Bind turns a strategy package's Open (or attach) function, which returns
+// its concrete deployment type, into the func of strategy.Meta.Open or
+// strategy.Meta.Attach with opts bound. A failed call returns a nil
+// strategy.Deployment, never an interface holding a typed nil.
+func Bind[D strategy.Deployment, O any](open func(context.Context, strategy.Config, O) (D, error), opts O) func(context.Context, strategy.Config) (strategy.Deployment, error) {
+	return func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+		d, err := open(ctx, cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+}
