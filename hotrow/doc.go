@@ -116,24 +116,31 @@
 //   - REPEATABLE READ or SERIALIZABLE without retries: a waiter whose snapshot
 //     predates the holder's commit fails with 40001 instead of re-evaluating
 //     (TestIsolationWaiterAfterCommit; in TestIsolationContention most of the
-//     120 requests fail, 74 to 104 in our runs). Options.Isolation selects those levels, and the
-//     whole transaction is then retried up to Options.MaxRetries times with a
-//     jittered pause; with retries the counts are exact again (HELD 40,
+//     120 requests fail, 74 to 104 in our runs). Options.Isolation selects
+//     those levels, and the whole transaction is then retried up to
+//     Options.MaxRetries times with a jittered pause; with retries the counts are exact again (HELD 40,
 //     SOLD_OUT 80) and Deployment.Retries reports the cost. A Session never
 //     retries: its caller owns the transaction.
 //
 // # Deployments and errors
 //
+// The package has the constructors every strategy package has: Name, Meta
+// (the registered "hotrow"), New(Options) for a variant, and Open, which
+// returns the concrete *Deployment (a strategy.Deployment, strategy.Restarter
+// and strategy.Ager, with Retries and the pgbench scripts of package bench).
+//
 // Several deployments with disjoint SKUs share one database. Open creates the
-// schema under an advisory lock when it is missing, then loads the stock in
-// one transaction (strategy.ErrStockExists if any SKU exists); with
-// Config.Attach it writes nothing and only checks that the stock is there, as
-// a second process of the service would (TestAttach). A request for
-// a SKU outside the deployment is BAD_REQUEST (strategy.UnknownSKU); ExpireDue,
-// Confirm, Release, MakeDue and Audit touch only the deployment's SKUs;
-// request keys are unique across the whole table, and Lookup sees every key.
-// SQLSTATEs are read from *pgconn.PgError codes and constraint names, never
-// from message text. An error from Reserve other than a bad request leaves
-// the outcome unknown to the caller, as the contract says: Lookup or a
-// replay of the same request resolves it.
+// schema under an advisory lock when it is missing and loads the stock, in
+// one transaction (strategy.ErrStockExists if any SKU exists). Meta.Attach
+// writes nothing and only checks that the stock is there with the same
+// totals, as a second process of the service would (TestAttach). A request
+// for a SKU outside the deployment is BAD_REQUEST (strategy.UnknownSKU);
+// ExpireDue, Confirm, Release, MakeDue and Audit touch only the deployment's
+// SKUs; request keys are unique across the whole table, and Lookup sees
+// every key. A node that was restarted or closed answers
+// strategy.ErrNodeClosed; a session used after its end,
+// strategy.ErrSessionEnded. SQLSTATEs are read from *pgconn.PgError codes
+// and constraint names, never from message text. An error from Reserve
+// other than a bad request leaves the outcome unknown to the caller, as the
+// contract says: Lookup or a replay of the same request resolves it.
 package hotrow

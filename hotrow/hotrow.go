@@ -3,18 +3,19 @@ package hotrow
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
+
+// Name is the name hotrow registers under; variants append to it (New).
+const Name = "hotrow"
 
 func init() { strategy.Register(Meta()) }
 
@@ -85,11 +86,12 @@ func (o Options) validate() error {
 // Meta is the registered strategy "hotrow": READ COMMITTED, retries on.
 func Meta() strategy.Meta { return New(Options{}) }
 
-// New returns the strategy with these options. Its name is "hotrow" for READ
-// COMMITTED and "hotrow-" plus the level otherwise (e.g.
-// "hotrow-repeatable-read"), so variants can be registered side by side.
+// New returns the strategy with these options; it is not registered. Its
+// name is Name for READ COMMITTED and Name plus "-" and the level otherwise
+// (e.g. "hotrow-repeatable-read"), so variants can be registered side by
+// side.
 func New(opts Options) strategy.Meta {
-	name := "hotrow"
+	name := Name
 	if iso := opts.isolation(); iso != pgx.ReadCommitted {
 		name += "-" + strings.ReplaceAll(string(iso), " ", "-")
 	}
@@ -98,19 +100,10 @@ func New(opts Options) strategy.Meta {
 		Description: "one stock row per SKU, conditional UPDATE available = available - 1 WHERE available > 0",
 		Correctness: "available > 0 is re-evaluated on the newest row version under the row lock (READ COMMITTED, docs 13.2.1)",
 		Claims:      Claims,
-		Open: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
-			d, err := Open(ctx, cfg, opts)
-			if err != nil {
-				return nil, err // not a typed nil in the interface
-			}
-			return d, nil
-		},
+		Open:        pgstrategy.Bind(Open, opts),
+		Attach:      pgstrategy.Bind(attach, opts),
 	}
 }
-
-// ErrClosed is returned by a node that was restarted or whose deployment was
-// closed: the caller must ask the Deployment for the current node.
-var ErrClosed = errors.New("hotrow: node closed")
 
 //go:embed schema.sql
 var schemaSQL string
@@ -120,12 +113,10 @@ var schemaSQL string
 const schemaLockKey int64 = 0x686f74726f77
 
 const (
-	sqlSchemaLock = `SELECT pg_advisory_xact_lock($1)`
 	// reservation_one_active is the last object schema.sql creates, all in
 	// one transaction: when it exists, the schema is complete and Open runs
-	// no DDL (CREATE INDEX IF NOT EXISTS would still take a SHARE lock on
-	// reservation and wait for every open reservation transaction).
-	sqlSchemaPresent = `SELECT to_regclass('reservation_one_active') IS NOT NULL`
+	// no DDL (pgstrategy.CreateSchema).
+	schemaLastObject = "reservation_one_active"
 	// sqlInsertStock loads the stock; a SKU that already has a row is left
 	// alone and missing from RETURNING, and Open rolls everything back.
 	sqlInsertStock = `
@@ -133,17 +124,14 @@ INSERT INTO sku_stock (sku, total, available)
 SELECT sku, total, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
 ON CONFLICT (sku) DO NOTHING
 RETURNING sku`
+	// sqlStockTotals reads the totals an attaching deployment expects to find.
+	sqlStockTotals = `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`
 )
 
 // Open deploys hotrow over cfg.DB: it validates cfg and opts before writing
-// anything, creates the schema if it is missing, and loads cfg.Stock in one
-// transaction. A SKU that already has stock fails the whole Open with an
-// error matching strategy.ErrStockExists, and nothing is inserted.
-//
-// With cfg.Attach it writes nothing: it checks that every SKU of cfg.Stock
-// has stock with the same total (else an error matching strategy.ErrConfig)
-// and returns a deployment over it, as a second process of the service
-// would. Nothing else differs: hotrow keeps no state in memory.
+// anything, then, in one transaction, creates the schema if it is missing
+// and loads cfg.Stock. A SKU that already has stock fails the whole Open
+// with an error matching strategy.ErrStockExists, and nothing is inserted.
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -151,115 +139,59 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	for _, s := range cfg.Stock {
-		if s.Total > math.MaxInt32 {
-			return nil, fmt.Errorf("%w: hotrow: sku %q: total %d does not fit the int column", strategy.ErrConfig, s.SKU, s.Total)
+	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
+		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
+			return err
 		}
+		return insertStock(ctx, tx, cfg.Stock)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hotrow: open: %w", err)
 	}
-	if cfg.Attach {
-		if err := attachStock(ctx, cfg.DB, cfg.Stock); err != nil {
-			return nil, fmt.Errorf("hotrow: attach: %w", err)
-		}
-	} else {
-		if err := ensureSchema(ctx, cfg.DB); err != nil {
-			return nil, fmt.Errorf("hotrow: open: %w", err)
-		}
-		if err := insertStock(ctx, cfg.DB, cfg.Stock); err != nil {
-			return nil, fmt.Errorf("hotrow: open: %w", err)
-		}
+	return newDeployment(cfg, opts), nil
+}
+
+// attach is Meta.Attach: it writes nothing, checks that every SKU of
+// cfg.Stock has stock with the same total (else an error matching
+// strategy.ErrConfig) and returns a deployment over it, as a second process
+// of the service would. Nothing else differs from Open: hotrow keeps no
+// state in memory.
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := pgstrategy.CheckStock(ctx, cfg.DB, sqlStockTotals, cfg.Stock); err != nil {
+		return nil, fmt.Errorf("hotrow: %w", err)
+	}
+	return newDeployment(cfg, opts), nil
+}
+
+func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 	d := &Deployment{
 		db:         cfg.DB,
 		iso:        opts.isolation(),
 		maxRetries: opts.maxRetries(),
 		skus:       cfg.SKUs(),
 		owns:       make(map[string]bool, len(cfg.Stock)),
-		nodes:      make([]*node, cfg.NodeCount()),
 	}
 	for _, s := range d.skus {
 		d.owns[s] = true
 	}
-	for i := range d.nodes {
-		d.nodes[i] = &node{d: d}
-	}
-	return d, nil
+	d.nodes = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) *node {
+		return &node{Handle: h, d: d}
+	})
+	return d
 }
 
-// sqlStockTotals reads the totals an attaching deployment expects to find.
-const sqlStockTotals = `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`
-
-func attachStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock) error {
-	var present bool
-	if err := db.QueryRow(ctx, sqlSchemaPresent).Scan(&present); err != nil {
-		return fmt.Errorf("schema: look up: %w", err)
-	}
-	if !present {
-		return fmt.Errorf("%w: no hotrow schema in this database: nothing to attach to", strategy.ErrConfig)
-	}
-	skus := make([]string, len(stock))
-	for i, s := range stock {
-		skus[i] = s.SKU
-	}
-	rows, err := db.Query(ctx, sqlStockTotals, skus)
-	if err != nil {
-		return fmt.Errorf("stock: %w", err)
-	}
-	totals := map[string]int{}
-	var sku string
-	var total int
-	if _, err := pgx.ForEachRow(rows, []any{&sku, &total}, func() error {
-		totals[sku] = total
-		return nil
-	}); err != nil {
-		return fmt.Errorf("stock: %w", err)
-	}
-	for _, s := range stock {
-		got, ok := totals[s.SKU]
-		switch {
-		case !ok:
-			return fmt.Errorf("%w: sku %q has no stock to attach to", strategy.ErrConfig, s.SKU)
-		case got != s.Total:
-			return fmt.Errorf("%w: sku %q has total %d in the database, %d in the config", strategy.ErrConfig, s.SKU, got, s.Total)
-		}
-	}
-	return nil
-}
-
-func ensureSchema(ctx context.Context, db *pgxpool.Pool) error {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("schema: begin: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, sqlSchemaLock, schemaLockKey); err != nil {
-		return fmt.Errorf("schema: lock: %w", err)
-	}
-	var present bool
-	if err := tx.QueryRow(ctx, sqlSchemaPresent).Scan(&present); err != nil {
-		return fmt.Errorf("schema: look up: %w", err)
-	}
-	if !present {
-		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
-			return fmt.Errorf("schema: create: %w", err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("schema: commit: %w", err)
-	}
-	return nil
-}
-
-func insertStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock) error {
+func insertStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock) error {
 	skus := make([]string, len(stock))
 	totals := make([]int32, len(stock))
 	for i, s := range stock {
-		skus[i], totals[i] = s.SKU, int32(s.Total)
+		skus[i], totals[i] = s.SKU, int32(s.Total) // Config.Validate bounds Total to MaxTotal, int4's maximum
 	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("stock: begin: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	rows, err := tx.Query(ctx, sqlInsertStock, skus, totals)
 	if err != nil {
 		return fmt.Errorf("stock: insert: %w", err)
@@ -281,37 +213,29 @@ func insertStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock) 
 		}
 		return fmt.Errorf("%w: %s", strategy.ErrStockExists, strings.Join(existing, ", "))
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("stock: commit: %w", err)
-	}
 	return nil
 }
 
 // Deployment is hotrow deployed over one database. Its nodes are handles on
 // the same pool and keep nothing in memory but the deployment's SKU list, so
-// a restart loses nothing. It implements strategy.Deployment and
-// strategy.Ager.
+// a restart loses nothing. It implements strategy.Deployment,
+// strategy.Restarter and strategy.Ager.
 type Deployment struct {
 	db         *pgxpool.Pool
 	iso        pgx.TxIsoLevel
 	maxRetries int
 	skus       []string
 	owns       map[string]bool // read-only after Open
+	nodes      *pgstrategy.Handles[*node]
 
 	retries atomic.Int64
-
-	mu     sync.RWMutex
-	nodes  []*node
-	closed bool
 }
 
 var (
 	_ strategy.Deployment = (*Deployment)(nil)
+	_ strategy.Restarter  = (*Deployment)(nil)
 	_ strategy.Ager       = (*Deployment)(nil)
 )
-
-// Isolation is the isolation level of the deployment's transactions.
-func (d *Deployment) Isolation() pgx.TxIsoLevel { return d.iso }
 
 // Retries is the number of transactions the deployment's nodes reran after a
 // serialization failure (40001), a deadlock (40P01) or a conflicting row
@@ -320,44 +244,17 @@ func (d *Deployment) Isolation() pgx.TxIsoLevel { return d.iso }
 // every test of this package.
 func (d *Deployment) Retries() int64 { return d.retries.Load() }
 
-// Node returns node i. It panics if i is out of range, like an index.
-func (d *Deployment) Node(i int) strategy.Strategy {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if i < 0 || i >= len(d.nodes) {
-		panic(fmt.Sprintf("hotrow: Node(%d) of a deployment with %d nodes", i, len(d.nodes)))
-	}
-	return d.nodes[i]
-}
+// Node returns node i; out of range it panics (strategy.CheckNode).
+func (d *Deployment) Node(i int) strategy.Strategy { return d.nodes.Node(i) }
 
-// Restart closes node i (its handle answers ErrClosed from now on) and puts a
-// fresh node in its place. There is nothing to recover: the stock row and the
-// reservations are the whole state.
-func (d *Deployment) Restart(_ context.Context, i int) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("hotrow: restart node %d: %w", i, ErrClosed)
-	}
-	if i < 0 || i >= len(d.nodes) {
-		return fmt.Errorf("hotrow: restart node %d of %d: out of range", i, len(d.nodes))
-	}
-	d.nodes[i].closed.Store(true)
-	d.nodes[i] = &node{d: d}
-	return nil
-}
+// Restart closes node i (its handle answers strategy.ErrNodeClosed from now
+// on) and puts a fresh node in its place. There is nothing to recover: the
+// stock row and the reservations are the whole state.
+func (d *Deployment) Restart(_ context.Context, i int) error { return d.nodes.Restart(i) }
 
 // Close closes every node. The pool belongs to the caller and stays open;
 // sessions already open stay usable until they end.
-func (d *Deployment) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.closed = true
-	for _, n := range d.nodes {
-		n.closed.Store(true)
-	}
-	return nil
-}
+func (d *Deployment) Close() error { return d.nodes.Close() }
 
 // sqlAudit reads stock and active reservations in one statement, so one
 // snapshot: the three numbers belong together.
@@ -409,23 +306,18 @@ func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 }
 
 // node is one handle on the deployment. Every node is the same code over the
-// same pool; the harness spreads requests over them as over processes.
+// same pool; the harness spreads requests over them as over processes. Its
+// Handle's Check says whether it was restarted or closed.
 type node struct {
-	d      *Deployment
-	closed atomic.Bool
+	*pgstrategy.Handle
+	d *Deployment
 }
 
 var (
-	_ strategy.Strategy      = (*node)(nil)
-	_ strategy.Confirmer     = (*node)(nil)
-	_ strategy.Releaser      = (*node)(nil)
-	_ strategy.Expirer       = (*node)(nil)
-	_ strategy.SessionOpener = (*node)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
 )
-
-func (n *node) check() error {
-	if n.closed.Load() {
-		return ErrClosed
-	}
-	return nil
-}

@@ -236,9 +236,9 @@ func TestSession(t *testing.T) {
 	require.Equal(t, strategy.StatusNotFound, r.Status)
 	require.NoError(t, s.Commit(ctx))
 	require.NoError(t, s.Rollback(ctx), "Rollback after Commit is a no-op")
-	require.ErrorIs(t, s.Commit(ctx), hotrow.ErrSessionEnded)
+	require.ErrorIs(t, s.Commit(ctx), strategy.ErrSessionEnded)
 	_, err = s.Reserve(ctx, req("k4", "u4", sku))
-	require.ErrorIs(t, err, hotrow.ErrSessionEnded)
+	require.ErrorIs(t, err, strategy.ErrSessionEnded)
 
 	r, err = n.Lookup(ctx, "k1")
 	require.NoError(t, err)
@@ -263,10 +263,10 @@ func TestSessionExpireKilled(t *testing.T) {
 	_, err := dep.MakeDue(ctx, keys[:5])
 	require.NoError(t, err)
 
-	s := openSession(t, dep.Node(0))
-	units, err := s.(interface {
-		ExpireDue(context.Context) (int, error)
-	}).ExpireDue(ctx)
+	s, err := dep.Node(0).(strategy.ExpirySessionOpener).OpenExpirySession(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Rollback(context.Background()) })
+	units, err := s.ExpireDue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, units, "moved inside the session, not committed")
 	require.Equal(t, 0, audit(t, dep).Available, "uncommitted: nothing visible")

@@ -165,8 +165,9 @@ func TestDeploymentsShareDatabase(t *testing.T) {
 	require.Equal(t, strategy.StockAudit{SKU: skuB, Total: 5, Available: 2, Active: 3}, audit(t, depB))
 }
 
-// TestRestart: a restarted node's old handle answers ErrClosed, the new one
-// sees everything; Close closes every node.
+// TestRestart: a restarted node's old handle answers strategy.ErrNodeClosed,
+// the new one sees everything; a bad index is strategy.ErrNodeRange; Close
+// closes every node.
 func TestRestart(t *testing.T) {
 	t.Parallel()
 	db, _ := pgtest.Pools(t)
@@ -179,19 +180,20 @@ func TestRestart(t *testing.T) {
 
 	require.NoError(t, dep.Restart(ctx, 0))
 	_, err = old.Reserve(ctx, req("k2", "u2", sku))
-	require.ErrorIs(t, err, hotrow.ErrClosed)
+	require.ErrorIs(t, err, strategy.ErrNodeClosed)
 	_, err = old.Lookup(ctx, "k1")
-	require.ErrorIs(t, err, hotrow.ErrClosed)
+	require.ErrorIs(t, err, strategy.ErrNodeClosed)
 	require.NotSame(t, old, dep.Node(0))
 	res, err = dep.Node(0).Reserve(ctx, req("k1", "u1", sku))
 	require.NoError(t, err)
 	require.Equal(t, strategy.OutcomeReplay, res.Outcome)
-	require.Error(t, dep.Restart(ctx, 2))
+	require.ErrorIs(t, dep.Restart(ctx, 2), strategy.ErrNodeRange)
+	require.PanicsWithError(t, fmt.Sprintf("%v: node 2 of a deployment with 2 nodes", strategy.ErrNodeRange), func() { dep.Node(2) })
 
 	require.NoError(t, dep.Close())
 	_, err = dep.Node(1).Lookup(ctx, "k1")
-	require.ErrorIs(t, err, hotrow.ErrClosed)
-	require.ErrorIs(t, dep.Restart(ctx, 0), hotrow.ErrClosed)
+	require.ErrorIs(t, err, strategy.ErrNodeClosed)
+	require.ErrorIs(t, dep.Restart(ctx, 0), strategy.ErrNodeClosed)
 }
 
 // TestBadInput: every kind of malformed request, through a node and through
@@ -256,7 +258,8 @@ func TestAttach(t *testing.T) {
 	db, admin := pgtest.Pools(t)
 	ctx := context.Background()
 
-	_, err := hotrow.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: []strategy.Stock{{SKU: "a", Total: 1}}}, hotrow.Options{})
+	attach := hotrow.Meta().Attach
+	_, err := attach(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: "a", Total: 1}}})
 	require.ErrorIs(t, err, strategy.ErrConfig, "no schema yet")
 	var tables int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('sku_stock', 'reservation')`).Scan(&tables))
@@ -267,8 +270,8 @@ func TestAttach(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, strategy.OutcomeHeld, res.Outcome)
 
-	cfg := strategy.Config{DB: db, Nodes: 2, Attach: true, Stock: []strategy.Stock{{SKU: sku, Total: 3}}}
-	second, err := hotrow.Open(ctx, cfg, hotrow.Options{})
+	cfg := strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 3}}}
+	second, err := attach(ctx, cfg)
 	require.NoError(t, err)
 	defer second.Close()
 	r, err := second.Node(1).Lookup(ctx, "k1")
@@ -284,7 +287,7 @@ func TestAttach(t *testing.T) {
 		"sku without stock": {{SKU: sku, Total: 3}, {SKU: newSKU("never-loaded"), Total: 1}},
 		"other total":       {{SKU: sku, Total: 4}},
 	} {
-		_, err := hotrow.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: stock}, hotrow.Options{})
+		_, err := attach(ctx, strategy.Config{DB: db, Stock: stock})
 		require.ErrorIs(t, err, strategy.ErrConfig, name)
 	}
 	require.Equal(t, 1, audit(t, first).Available)

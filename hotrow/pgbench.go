@@ -1,10 +1,8 @@
 package hotrow
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // PgbenchScript returns a pgbench custom script that replays the SQL of one
@@ -27,11 +25,11 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 	if !d.owns[sku] {
 		return "", strategy.UnknownSKU(sku)
 	}
-	return pgbenchScript(
+	return pgstrategy.PgbenchScript(
 		d.beginSQL(),
 		sqlSavepoint,
-		pgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us"),
-		pgbenchSQL(sqlTakeUnit, "sku"),
+		pgstrategy.PgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us"),
+		pgstrategy.PgbenchSQL(sqlTakeUnit, "sku"),
 		"commit",
 	), nil
 }
@@ -58,35 +56,15 @@ func (d *Deployment) PgbenchControls(sku string) (map[string]string, error) {
 	if !d.owns[sku] {
 		return nil, strategy.UnknownSKU(sku)
 	}
-	update := pgbenchSQL(sqlTakeUnit, "sku")
-	insert := pgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us")
+	update := pgstrategy.PgbenchSQL(sqlTakeUnit, "sku")
+	insert := pgstrategy.PgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us")
 	return map[string]string{
-		"update-only":         pgbenchScript(update),
-		"begin-update-commit": pgbenchScript(d.beginSQL(), update, "commit"),
-		"insert-only":         pgbenchScript(d.beginSQL(), sqlSavepoint, insert, "commit"),
+		"update-only":         pgstrategy.PgbenchScript(update),
+		"begin-update-commit": pgstrategy.PgbenchScript(d.beginSQL(), update, "commit"),
+		"insert-only":         pgstrategy.PgbenchScript(d.beginSQL(), sqlSavepoint, insert, "commit"),
 	}, nil
 }
 
 // beginSQL is the statement pgx's BeginTx sends for the deployment's
 // isolation level (no access or deferrable mode).
 func (d *Deployment) beginSQL() string { return "begin isolation level " + string(d.iso) }
-
-// pgbenchSQL writes a statement's $1, $2, ... as the pgbench variables
-// :vars[0], :vars[1], ...; nothing else in the statement changes.
-func pgbenchSQL(sql string, vars ...string) string {
-	pairs := make([]string, 0, 2*len(vars))
-	for i := len(vars); i >= 1; i-- { // $12 before $1
-		pairs = append(pairs, fmt.Sprintf("$%d", i), ":"+vars[i-1])
-	}
-	return strings.NewReplacer(pairs...).Replace(sql)
-}
-
-// pgbenchScript joins statements into a script, each ended by a semicolon.
-func pgbenchScript(stmts ...string) string {
-	var b strings.Builder
-	for _, s := range stmts {
-		b.WriteString(strings.TrimSpace(s))
-		b.WriteString(";\n")
-	}
-	return b.String()
-}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // The reservation, step by step (seed 000, Inventory.reserveInTx). Every
@@ -38,7 +38,7 @@ RETURNING request_key, user_id, sku, status, expires_at`
 	sqlTakeUnit = `UPDATE sku_stock SET available = available - 1 WHERE sku = $1 AND available > 0`
 
 	sqlLookup = `
-SELECT request_key, user_id, sku, status, expires_at FROM reservation WHERE request_key = $1`
+SELECT user_id, sku, status, expires_at FROM reservation WHERE request_key = $1`
 
 	// sqlUserHoldsActive tells a real USER_LIMIT from a conflict this
 	// transaction cannot see (see reserveInTx).
@@ -107,7 +107,7 @@ func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy
 			if err != nil {
 				return strategy.Result{}, err
 			}
-			return knownKey(req, r), nil
+			return pgstrategy.KnownKey(req, r), nil
 		}
 		var holds bool
 		if err := tx.QueryRow(ctx, sqlUserHoldsActive, req.SKU, req.User).Scan(&holds); err != nil {
@@ -160,31 +160,20 @@ func answerKnownKey(ctx context.Context, tx pgx.Tx, req strategy.Request) (strat
 		// case itself under REPEATABLE READ; this is the safety net).
 		return strategy.Result{}, errInvisibleConflict
 	}
-	return knownKey(req, r), nil
-}
-
-// knownKey is REPLAY when the stored reservation is this request's, else
-// KEY_REUSED; either way the stored reservation, in its current status.
-func knownKey(req strategy.Request, r strategy.Reservation) strategy.Result {
-	if r.User != req.User || r.SKU != req.SKU {
-		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}
-	}
-	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}
+	return pgstrategy.KnownKey(req, r), nil
 }
 
 func lookupIn(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, key string) (strategy.Reservation, bool, error) {
-	r, err := scanReservation(q.QueryRow(ctx, sqlLookup, key))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, false, nil
-	case err != nil:
+	r, found, err := pgstrategy.ScanReservation(q.QueryRow(ctx, sqlLookup, key), key)
+	if err != nil {
 		return strategy.Reservation{}, false, fmt.Errorf("look up key: %w", err)
 	}
-	return r, true, nil
+	return r, found, nil
 }
 
+// scanReservation reads the RETURNING row of sqlInsertHeld.
 func scanReservation(row pgx.Row) (strategy.Reservation, error) {
 	var r strategy.Reservation
 	var status string
@@ -212,7 +201,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err := n.d.checkRequest(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	if err := n.check(); err != nil {
+	if err := n.Check(); err != nil {
 		return strategy.Result{}, err
 	}
 	var res strategy.Result
@@ -233,10 +222,10 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 // Lookup reads the committed reservation with this key, whatever its SKU:
 // request keys are unique across the whole table.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if err := n.check(); err != nil {
+	if err := n.Check(); err != nil {
 		return strategy.Reservation{}, err
 	}
-	if !storable(key) {
+	if !strategy.Storable(key) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
 	r, _, err := lookupIn(ctx, n.d.db, key)
@@ -244,19 +233,4 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 		return strategy.Reservation{}, fmt.Errorf("hotrow: lookup %q: %w", key, err)
 	}
 	return r, nil
-}
-
-// storable reports whether PostgreSQL text can hold key at all. A key it
-// cannot hold was never stored: Lookup says NOT_FOUND, transitions move
-// nothing, and no query fails on the encoding.
-func storable(key string) bool {
-	if !utf8.ValidString(key) {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return false
-		}
-	}
-	return true
 }

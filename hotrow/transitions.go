@@ -69,10 +69,10 @@ SELECT coalesce(sum(n), 0)::int FROM back`
 // ConfirmUntilExpired only that no expiry or release has moved it. A key of
 // another deployment's SKU is not confirmed here.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if err := n.check(); err != nil {
+	if err := n.Check(); err != nil {
 		return false, err
 	}
-	if !storable(key) {
+	if !strategy.Storable(key) {
 		return false, nil
 	}
 	query := sqlConfirmBeforeExpiry
@@ -94,10 +94,10 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 // Release moves the reservation from HELD to RELEASED and gives its unit
 // back, in one statement; it returns 1 if this call moved the row, else 0.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if err := n.check(); err != nil {
+	if err := n.Check(); err != nil {
 		return 0, err
 	}
-	if !storable(key) {
+	if !strategy.Storable(key) {
 		return 0, nil
 	}
 	var units int
@@ -113,7 +113,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 // ExpireDue moves every due HELD reservation of the deployment's SKUs to
 // EXPIRED and returns the units it gave back, in one statement.
 func (n *node) ExpireDue(ctx context.Context) (int, error) {
-	if err := n.check(); err != nil {
+	if err := n.Check(); err != nil {
 		return 0, err
 	}
 	var units int
