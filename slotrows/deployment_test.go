@@ -138,7 +138,9 @@ func TestSharedDatabase(t *testing.T) {
 }
 
 // TestRestartAndClose: a restarted node is a new handle that sees
-// everything; a closed deployment refuses work and keeps its data.
+// everything, and the old handle answers strategy.ErrNodeClosed; a bad
+// index is strategy.ErrNodeRange; a closed deployment refuses work and keeps
+// its data.
 func TestRestartAndClose(t *testing.T) {
 	ctx := testCtx(t)
 	db, _ := pgtest.Pools(t)
@@ -147,26 +149,84 @@ func TestRestartAndClose(t *testing.T) {
 		t.Fatalf("reserve: %+v, %v", res, err)
 	}
 	old := dep.Node(1)
-	if err := dep.Restart(ctx, 1); err != nil {
+	restarter := dep.(strategy.Restarter)
+	if err := restarter.Restart(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	if dep.Node(1) == old {
 		t.Errorf("Restart(1) kept the old node value")
 	}
+	if _, err := old.Lookup(ctx, "req-k"); !errors.Is(err, strategy.ErrNodeClosed) {
+		t.Errorf("Lookup on the restarted node's old handle: %v, want ErrNodeClosed", err)
+	}
 	if res, err := dep.Node(1).Reserve(ctx, request("k", "u", "sku")); err != nil || res.Outcome != strategy.OutcomeReplay {
 		t.Errorf("replay on the restarted node: %+v, %v; want REPLAY", res, err)
 	}
-	if err := dep.Restart(ctx, 2); err == nil {
-		t.Errorf("Restart(2) of 2 nodes: no error")
+	if err := restarter.Restart(ctx, 2); !errors.Is(err, strategy.ErrNodeRange) {
+		t.Errorf("Restart(2) of 2 nodes: %v, want ErrNodeRange", err)
 	}
+	func() {
+		defer func() {
+			if err, _ := recover().(error); !errors.Is(err, strategy.ErrNodeRange) {
+				t.Errorf("Node(2) of 2 nodes panicked with %v, want ErrNodeRange", err)
+			}
+		}()
+		dep.Node(2)
+	}()
 	if err := dep.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dep.Node(0).Reserve(ctx, request("k2", "u2", "sku")); err == nil {
-		t.Errorf("Reserve on a closed deployment: no error")
+	if _, err := dep.Node(0).Reserve(ctx, request("k2", "u2", "sku")); !errors.Is(err, strategy.ErrNodeClosed) {
+		t.Errorf("Reserve on a closed deployment: %v, want ErrNodeClosed", err)
 	}
 	again := deploy(t, db, 1, strategy.Stock{SKU: "sku-other", Total: 1})
 	if r, err := again.Node(0).Lookup(ctx, "req-k"); err != nil || r.Status != strategy.StatusHeld {
 		t.Errorf("the closed deployment's reservation: %+v, %v; want HELD", r, err)
+	}
+}
+
+// TestAttach: a second deployment over stock another one loaded writes
+// nothing, sells the same stock, and refuses a SKU without stock, another
+// total and a database without the schema with ErrConfig.
+func TestAttach(t *testing.T) {
+	ctx := testCtx(t)
+	db, admin := pgtest.Pools(t)
+	attach := slotrows.Meta().Attach
+	if _, err := attach(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: "a", Total: 1}}}); !errors.Is(err, strategy.ErrConfig) {
+		t.Fatalf("Attach without the schema: %v, want ErrConfig", err)
+	}
+	var tables int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'slotrows\_%'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Errorf("Attach created %d tables", tables)
+	}
+
+	first := deploy(t, db, 2, strategy.Stock{SKU: "a", Total: 3})
+	if res, err := first.Node(0).Reserve(ctx, request("k1", "u1", "a")); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("reserve: %+v, %v", res, err)
+	}
+	second, err := attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: "a", Total: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if res, err := second.Node(1).Reserve(ctx, request("k1", "u1", "a")); err != nil || res.Outcome != strategy.OutcomeReplay {
+		t.Errorf("the same request through the second process: %+v, %v; want REPLAY", res, err)
+	}
+	if res, err := second.Node(1).Reserve(ctx, request("k2", "u2", "a")); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Errorf("reserve through the second process: %+v, %v; want HELD", res, err)
+	}
+	if a := auditOf(t, first, "a"); a.Available != 1 || a.Active != 2 {
+		t.Errorf("audit after both processes sold: %+v", a)
+	}
+	for name, stock := range map[string][]strategy.Stock{
+		"sku without stock": {{SKU: "a", Total: 3}, {SKU: "never-loaded", Total: 1}},
+		"other total":       {{SKU: "a", Total: 4}},
+	} {
+		if _, err := attach(ctx, strategy.Config{DB: db, Stock: stock}); !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
 	}
 }

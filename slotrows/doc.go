@@ -1,7 +1,12 @@
 // Package slotrows is strategy B of reservebench: one row per unit, claimed
 // with SELECT ... FOR UPDATE SKIP LOCKED (SPEC.md, seed 000 C28-13/14).
-// It registers itself as "slotrows"; import it for that side effect or use
-// [Meta] and [MetaWith] directly.
+// It registers itself as [Name]; import it for that side effect or use the
+// constructors every strategy package has: [Meta] (the registered default),
+// [New] (a variant with other [Options]) and [Open], which returns the
+// concrete [*Deployment] (strategy.Deployment, strategy.Restarter,
+// strategy.Ager and the pgbench script of package bench). Meta.Attach opens
+// a second process's deployment over stock already loaded: it writes
+// nothing and refuses a SKU without stock or with another total.
 //
 // # Where correctness comes from
 //
@@ -44,6 +49,9 @@
 // written); Audit, MakeDue, ExpireDue, Confirm and Release touch only the
 // deployment's SKUs. Request keys are unique across the database: a key one
 // deployment holds is KEY_REUSED in another, and Lookup finds it from any.
+// A node that was restarted, or whose deployment was closed, answers
+// strategy.ErrNodeClosed; a session used after its end,
+// strategy.ErrSessionEnded.
 //
 // # The boundary: phantom sold-out
 //
@@ -83,7 +91,7 @@
 // meet and the index entries of taken slots do not pile up at the head, at
 // the cost of a second probe once the slots above the start are gone. Both
 // are one statement (sqlClaimSlot, LowestFirst is start 1); the benchmark
-// compares them through MetaWith. Without the partial index on free slots a
+// compares them through New. Without the partial index on free slots a
 // claim scans the taken slots (seed: 900 claims/s fell to 90/s on 200,000
 // slots); TestClaimUsesFreeSlotIndex checks the plans use it.
 //

@@ -7,9 +7,9 @@ import (
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // The SQL of Reserve, in the order it runs.
@@ -58,7 +58,7 @@ RETURNING slot_no`
 
 // check validates req without the database: its fields, and that its SKU is
 // one of the deployment's.
-func (d *deployment) check(req strategy.Request) error {
+func (d *Deployment) check(req strategy.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
@@ -75,7 +75,10 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err := n.d.check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	tx, err := n.d.beginTx(ctx)
+	if err := n.Check(); err != nil {
+		return strategy.Result{}, err
+	}
+	tx, err := n.d.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: readCommitted})
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("slotrows: reserve %q: begin: %w", req.Key, err)
 	}
@@ -110,7 +113,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 // answer but HELD, which undoes the insert of step 1. With nested true (a
 // session, whose transaction must survive its answers) reserveIn marks a
 // savepoint first and rolls back to it on SOLD_OUT.
-func (d *deployment) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, nested bool) (strategy.Result, error) {
+func (d *Deployment) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, nested bool) (strategy.Result, error) {
 	if nested {
 		if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
 			return strategy.Result{}, fmt.Errorf("slotrows: reserve %q: savepoint: %w", req.Key, err)
@@ -151,38 +154,24 @@ func answerKnown(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("slotrows: reserve %q: %w", req.Key, err)
 	}
-	switch {
-	case !found:
+	if !found {
 		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
-	case r.User == req.User && r.SKU == req.SKU:
-		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}, nil
-	default:
-		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}, nil
 	}
+	return pgstrategy.KnownKey(req, r), nil
 }
 
-// querier is what lookupKey needs: a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// lookupKey reads the reservation that owns key.
-func lookupKey(ctx context.Context, q querier, key string) (strategy.Reservation, bool, error) {
-	r := strategy.Reservation{Key: key}
-	var status string
-	err := q.QueryRow(ctx, sqlLookup, key).Scan(&r.User, &r.SKU, &status, &r.ExpiresAt)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, false, nil
-	case err != nil:
+// lookupKey reads the reservation that owns key; q is the pool or a
+// transaction.
+func lookupKey(ctx context.Context, q pgstrategy.Querier, key string) (strategy.Reservation, bool, error) {
+	r, found, err := pgstrategy.ScanReservation(q.QueryRow(ctx, sqlLookup, key), key)
+	if err != nil {
 		return strategy.Reservation{}, false, fmt.Errorf("look up key: %w", err)
 	}
-	r.Status = strategy.Status(status)
-	return r, true, nil
+	return r, found, nil
 }
 
 // firstSlot is the slot number a claim for req starts at (see SlotChoice).
-func (d *deployment) firstSlot(req strategy.Request) int {
+func (d *Deployment) firstSlot(req strategy.Request) int {
 	total := d.totals[req.SKU]
 	if d.opts.SlotChoice != KeyHashFirst || total <= 1 {
 		return 1
@@ -192,85 +181,66 @@ func (d *deployment) firstSlot(req strategy.Request) int {
 	return 1 + int(h.Sum64()%uint64(total))
 }
 
-// OpenSession holds an attempt open: a connection of its own from the pool,
-// with a transaction begun on it.
-func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	if n.d.closed.Load() {
-		return nil, errClosed
-	}
-	conn, err := n.d.db.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("slotrows: open session: acquire: %w", err)
-	}
-	tx, err := conn.BeginTx(ctx, readCommitted)
-	if err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("slotrows: open session: begin: %w", err)
-	}
-	return &session{d: n.d, conn: conn, tx: tx, pid: conn.Conn().PgConn().PID()}, nil
-}
-
-// session is one attempt held open. It is used by one goroutine at a time.
+// session is one attempt, or one run of the expiry job, held open: a
+// pgstrategy.Tx (a connection of its own from the pool, with a READ
+// COMMITTED transaction begun on it) plus the deployment.
 type session struct {
-	d     *deployment
-	conn  *pgxpool.Conn
-	tx    pgx.Tx
-	pid   uint32
-	ended bool
+	*pgstrategy.Tx
+	d *Deployment
 }
 
-// errSessionEnded is returned by a session's Reserve and Commit after it ended.
-var errSessionEnded = errors.New("slotrows: session already committed or rolled back")
+// OpenSession holds an attempt open.
+func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
+	s, err := n.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-func (s *session) Backends() []uint32 { return []uint32{s.pid} }
+// OpenExpirySession holds the expiry job open, in the same kind of session.
+func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
+	s, err := n.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (n *node) openSession(ctx context.Context) (*session, error) {
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, readCommitted, pgstrategy.TxHooks{})
+	if err != nil {
+		return nil, fmt.Errorf("slotrows: open session: %w", err)
+	}
+	return &session{Tx: tx, d: n.d}, nil
+}
 
 // Reserve runs reserveIn in the session's transaction and commits nothing.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if err := s.d.check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	if s.ended {
-		return strategy.Result{}, errSessionEnded
-	}
-	return s.d.reserveIn(ctx, s.tx, req, true)
+	var res strategy.Result
+	err := s.Do(func(tx pgx.Tx) error {
+		var err error
+		res, err = s.d.reserveIn(ctx, tx, req, true)
+		return err
+	})
+	return res, err
 }
 
 // ExpireDue runs the expiry job inside the session's transaction: its slots
 // come free only if the session commits (the kill-release scenario kills the
 // process first).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	if s.ended {
-		return 0, errSessionEnded
-	}
-	return s.d.expireIn(ctx, s.tx)
-}
-
-func (s *session) Commit(ctx context.Context) error {
-	if s.ended {
-		return errSessionEnded
-	}
-	defer s.end()
-	if err := s.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("slotrows: session commit: %w", err)
-	}
-	return nil
-}
-
-// Rollback undoes the attempt; after Commit or Rollback it is a no-op.
-func (s *session) Rollback(ctx context.Context) error {
-	if s.ended {
-		return nil
-	}
-	defer s.end()
-	if err := s.tx.Rollback(ctx); err != nil {
-		return fmt.Errorf("slotrows: session rollback: %w", err)
-	}
-	return nil
-}
-
-// end gives the connection back to the pool (which closes it if the
-// transaction could not be ended cleanly).
-func (s *session) end() {
-	s.ended = true
-	s.conn.Release()
+	var units int
+	err := s.Do(func(tx pgx.Tx) error {
+		var err error
+		units, err = s.d.expireIn(ctx, tx)
+		return err
+	})
+	return units, err
 }

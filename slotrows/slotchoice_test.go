@@ -18,7 +18,7 @@ var choices = []slotrows.SlotChoice{slotrows.LowestFirst, slotrows.KeyHashFirst}
 // never what it answers.
 func TestKeyHashFirstConforms(t *testing.T) {
 	db, admin := pgtest.Pools(t)
-	meta := slotrows.MetaWith(slotrows.Options{SlotChoice: slotrows.KeyHashFirst})
+	meta := slotrows.New(slotrows.Options{SlotChoice: slotrows.KeyHashFirst})
 	if meta.Name != "slotrows-key-hash-first" {
 		t.Errorf("name %q", meta.Name)
 	}
@@ -47,7 +47,7 @@ func TestAttemptLocksOneSlot(t *testing.T) {
 			ctx := testCtx(t)
 			db, admin := pgtest.Pools(t)
 			const sku = "sku-five"
-			dep := deployWith(t, slotrows.MetaWith(slotrows.Options{SlotChoice: choice}), db, 1, strategy.Stock{SKU: sku, Total: 5})
+			dep := deployWith(t, slotrows.New(slotrows.Options{SlotChoice: choice}), db, 1, strategy.Stock{SKU: sku, Total: 5})
 			holdMany(t, dep, 1, 3, sku)
 			free := len(freeSlots(t, admin, sku))
 			if free != 2 {

@@ -79,8 +79,11 @@ ORDER BY array_position($1::text[], k.sku)`
 // Lookup returns the committed reservation with key. Keys are unique across
 // the database, so this finds a key whichever deployment holds it.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if n.d.closed.Load() {
-		return strategy.Reservation{}, errClosed
+	if err := n.Check(); err != nil {
+		return strategy.Reservation{}, err
+	}
+	if !strategy.Storable(key) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
 	r, _, err := lookupKey(ctx, n.d.db, key)
 	if err != nil {
@@ -91,8 +94,11 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 
 // Confirm moves the reservation from HELD to CONFIRMED. It keeps its slot.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if n.d.closed.Load() {
-		return false, errClosed
+	if err := n.Check(); err != nil {
+		return false, err
+	}
+	if !strategy.Storable(key) {
+		return false, nil
 	}
 	sql := sqlConfirmBeforeExpiry
 	if mode == strategy.ConfirmUntilExpired {
@@ -107,8 +113,11 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 
 // Release moves the reservation from HELD to RELEASED and frees its slot.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if n.d.closed.Load() {
-		return 0, errClosed
+	if err := n.Check(); err != nil {
+		return 0, err
+	}
+	if !strategy.Storable(key) {
+		return 0, nil
 	}
 	var units int
 	if err := n.d.db.QueryRow(ctx, sqlRelease, key, n.d.skus).Scan(&units); err != nil {
@@ -120,15 +129,15 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 // ExpireDue moves every due HELD reservation of the deployment to EXPIRED and
 // frees their slots.
 func (n *node) ExpireDue(ctx context.Context) (int, error) {
-	if n.d.closed.Load() {
-		return 0, errClosed
+	if err := n.Check(); err != nil {
+		return 0, err
 	}
 	return n.d.expireIn(ctx, n.d.db)
 }
 
 // expireIn runs the expiry statement on db: the pool, or a session's
 // transaction.
-func (d *deployment) expireIn(ctx context.Context, db interface {
+func (d *Deployment) expireIn(ctx context.Context, db interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }) (int, error) {
 	var units int
@@ -140,10 +149,7 @@ func (d *deployment) expireIn(ctx context.Context, db interface {
 
 // MakeDue moves expires_at of the deployment's HELD reservations with these
 // keys one second into the past.
-func (d *deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
-	if d.closed.Load() {
-		return 0, errClosed
-	}
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
 	if err != nil {
 		return 0, fmt.Errorf("slotrows: make due: %w", err)
@@ -153,10 +159,7 @@ func (d *deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 
 // Audit reports, per SKU of the deployment: Total is the number of slot rows,
 // Available the free slots, Active the HELD and CONFIRMED reservations.
-func (d *deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
-	if d.closed.Load() {
-		return nil, errClosed
-	}
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 	rows, err := d.db.Query(ctx, sqlAudit, d.skus)
 	if err != nil {
 		return nil, fmt.Errorf("slotrows: audit: %w", err)
