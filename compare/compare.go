@@ -13,6 +13,7 @@ package compare
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -79,7 +80,15 @@ type Expectation struct {
 	Claim    strategy.Claims
 }
 
-// Run runs the scenarios against the strategies.
+// ScenarioTimeout bounds one scenario against one strategy, every trial: a
+// strategy that hangs gets an ERROR in that scenario instead of stalling the
+// table.
+const ScenarioTimeout = 3 * time.Minute
+
+// Run runs the scenarios against the strategies. A scenario that cannot be
+// run to its end against a strategy (its setup fails, it panics, it times
+// out) is that strategy's ERROR in that scenario; every other cell is still
+// run. The error Run returns is only about the harness itself.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Database == nil {
 		return nil, fmt.Errorf("compare: Options.Database is required")
@@ -99,45 +108,36 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	par := max(opts.Parallel, 1)
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
-	errs := make([]error, len(opts.Strategies))
 	for i, meta := range opts.Strategies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			rep.Strategies[i], errs[i] = runStrategy(ctx, opts, meta, scenarios)
+			rep.Strategies[i] = runStrategy(ctx, opts, meta, scenarios)
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return rep, err
-		}
-	}
-	return rep, nil
+	return rep, ctx.Err()
 }
 
-func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario) (*StrategyReport, error) {
-	db, admin, done, err := opts.Database(ctx, meta.Name)
-	if err != nil {
-		return nil, fmt.Errorf("compare: database for %s: %w", meta.Name, err)
-	}
-	defer done()
+// runStrategy runs every scenario against one strategy on a database of its
+// own. Whatever goes wrong becomes an ERROR result of the scenario it
+// happened in.
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario) *StrategyReport {
 	sr := &StrategyReport{Meta: meta}
 	start := time.Now()
+	db, admin, done, err := opts.Database(ctx, meta.Name)
+	if err != nil {
+		for _, in := range scenarios {
+			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("database for %s: %w", meta.Name, err)))
+		}
+		return sr
+	}
+	defer done()
 	for _, in := range scenarios {
 		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
-		var r *strategytest.Result
-		var err error
-		if in.ExclusiveServer {
-			r, err = runExclusive(ctx, opts, env, in)
-		} else {
-			r, err = strategytest.RunScenario(ctx, env, in)
-		}
-		if err != nil {
-			return sr, fmt.Errorf("compare: %w", err)
-		}
+		r := runScenario(ctx, opts, env, in)
 		if opts.Logf != nil {
 			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
 		}
@@ -146,7 +146,44 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	if opts.Logf != nil {
 		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
-	return sr, nil
+	return sr
+}
+
+// runScenario runs one cell of the table, turning an error, a panic or a
+// timeout into an ERROR result.
+func runScenario(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (r *strategytest.Result) {
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			r = errored(env.Meta, in, fmt.Errorf("panic: %v\n%s", p, debug.Stack()))
+		}
+		if r.Error != "" {
+			r.Elapsed = time.Since(start)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, ScenarioTimeout)
+	defer cancel()
+	var err error
+	if in.ExclusiveServer {
+		r, err = runExclusive(ctx, opts, env, in)
+	} else {
+		r, err = strategytest.RunScenario(ctx, env, in)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (timeout %v)", err, ScenarioTimeout)
+		}
+		return errored(env.Meta, in, err)
+	}
+	return r
+}
+
+// errored is the result of a scenario that could not be run to its end.
+func errored(meta strategy.Meta, in *strategytest.Scenario, err error) *strategytest.Result {
+	return &strategytest.Result{
+		Scenario: in.Name, Case: in.Case, Title: in.Title, Strategy: meta.Name, Claims: meta.Claims,
+		Seed: in.SeedFor(meta.Name), Error: err.Error(),
+	}
 }
 
 // exclusive serialises the scenarios that crash or reconfigure their server.
@@ -213,6 +250,9 @@ func (r *Report) Violations() []string {
 			continue
 		}
 		for _, res := range s.Results {
+			if res.Error != "" {
+				out = append(out, fmt.Sprintf("ERROR: strategy %s, scenario %s (%s) could not be run: %s", res.Strategy, res.Scenario, res.Case, res.Error))
+			}
 			for _, c := range res.Violations() {
 				out = append(out, res.Failure(c))
 			}

@@ -97,6 +97,10 @@ func (r *Report) Markdown() []byte {
 			if res == nil {
 				continue
 			}
+			if res.Error != "" {
+				w("| `%s` | – | could not be run: %s | ERROR | %s |\n", s.Meta.Name, cell(firstLine(res.Error)), cell(res.Seed))
+				continue
+			}
 			if res.Skipped != "" {
 				w("| `%s` | – | %s | n/a | %s |\n", s.Meta.Name, cell(res.Skipped), cell(res.Seed))
 				continue
@@ -120,8 +124,8 @@ func (r *Report) Markdown() []byte {
 
 	if len(r.Controls) > 0 {
 		w("\n## Negative controls\n\n")
-		w("Deliberately broken strategies that claim what they cannot keep (registered only in the\n")
-		w("harness's tests, compare/controls_test.go). Each must be caught with the verdict below;\n")
+		w("Deliberately broken strategies that claim what they cannot keep (compare/internal/controls,\n")
+		w("never registered as strategies). Each must be caught with the verdict below;\n")
 		w("if one is not, `go test ./compare` fails.\n\n")
 		w("| control | case | what is broken | must be caught as | caught |\n| --- | --- | --- | --- | --- |\n")
 		for _, c := range r.Controls {
@@ -193,9 +197,11 @@ func (s *StrategyReport) boundaries(boundaryScenarios []*strategytest.Scenario) 
 }
 
 func (s *StrategyReport) verdictLine() string {
-	var violations, observed, na int
+	var errs, violations, observed, na int
 	for _, r := range s.Results {
 		switch r.Verdict() {
+		case strategytest.Errored:
+			errs++
 		case strategytest.Violation:
 			violations++
 		case strategytest.Observed:
@@ -207,6 +213,10 @@ func (s *StrategyReport) verdictLine() string {
 	n := len(s.Meta.Claims.List())
 	var line string
 	switch {
+	case errs > 0 && violations > 0:
+		line = fmt.Sprintf("VIOLATION in %d scenario(s), ERROR in %d", violations, errs)
+	case errs > 0:
+		line = fmt.Sprintf("ERROR in %d scenario(s)", errs)
 	case violations > 0:
 		line = fmt.Sprintf("VIOLATION in %d scenario(s)", violations)
 	case observed > 0:
@@ -234,6 +244,13 @@ func anchor(in *strategytest.Scenario) string {
 		}
 	}
 	return b.String()
+}
+
+// firstLine keeps an error's first line (a panic's stack stays in
+// last-run.json).
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 func cell(s string) string {
@@ -277,6 +294,7 @@ type jsonResult struct {
 	Verdict  strategytest.Verdict `json:"verdict"`
 	Trials   int                  `json:"trials"`
 	Skipped  string               `json:"skipped,omitempty"`
+	Error    string               `json:"error,omitempty"`
 	Facts    []strategytest.Fact  `json:"facts"`
 	Checks   []jsonCheck          `json:"checks"`
 	Varying  []strategytest.Fact  `json:"varying,omitempty"`
@@ -316,6 +334,12 @@ func (r *Report) JSON(volatile bool) []byte {
 		}
 		for _, res := range s.Results {
 			jr := jsonResult{Scenario: res.Scenario, Verdict: res.Verdict(), Trials: res.Trials, Skipped: res.Skipped, Facts: res.Facts}
+			if res.Error != "" {
+				jr.Error = firstLine(res.Error)
+				if volatile {
+					jr.Error = res.Error
+				}
+			}
 			if volatile {
 				jr.Varying, jr.Elapsed = res.Varying, res.Elapsed.String()
 			}

@@ -6,27 +6,29 @@
 // package's init function. Meta.Open deploys the strategy over one PostgreSQL
 // database as a [Deployment] of one or more nodes; each node is a [Strategy],
 // whose core is two methods, Reserve and Lookup. Everything a design may or may
-// not support is an optional interface, resolved by a type assertion and
+// not support is optional, resolved once per deployment by [Probe] and
 // documented with what the harness does when it is absent:
 //
-//	Confirmer       HELD -> CONFIRMED                  (confirm scenarios are skipped)
-//	Releaser        HELD -> RELEASED, unit back        (release scenarios are skipped)
-//	Expirer         due HELD -> EXPIRED, units back    (expiry scenarios are skipped)
-//	SessionOpener   an attempt held open, finished later (interleavings and the kill scenarios are skipped)
-//	SessionExpirer  the expiry job inside a session    (kill-mid-release is skipped)
-//	Ager            make reservations due (on a Deployment; expiry scenarios are skipped)
-//
-// Config.Attach, which every strategy honours, opens a second process's view
-// of stock that is already loaded: the fault scenarios run such a process and
-// kill it.
+//	Confirmer            HELD -> CONFIRMED                 (confirm scenarios: n/a)
+//	Releaser             HELD -> RELEASED, unit back       (release scenarios: n/a)
+//	Expirer              due HELD -> EXPIRED, units back   (expiry scenarios: n/a)
+//	SessionOpener        an attempt held open              (interleavings, kill-reserve: n/a)
+//	ExpirySessionOpener  the expiry job held open          (kill-release: n/a)
+//	Ager                 make reservations due (Deployment; expiry scenarios: n/a)
+//	Restarter            restart a node in place (Deployment; restart, node-death: n/a)
+//	ReserveCrasher       a request that dies mid-reserve (Deployment; node-death: n/a)
+//	Meta.Attach          a second process over the same stock (kill-release, kill-reserve: n/a)
 //
 // What a strategy promises is stated as [Claims]. The harness (package compare)
 // and the conformance kit (package strategytest) judge every observation against
 // them: a broken claim is a violation and fails the run; a boundary the strategy
 // does not claim is reported as observed.
 //
-// The five requirements of the reservation contract (SPEC.md) map onto claims:
-// requirement 1 is [NoOversell], 2 is [IdempotentKey], 3 is [OneActivePerUser],
-// 5 is [ReturnOnce]. Requirement 4, bounded admission, is independent of the
-// strategy and lives in package admission, which wraps any Strategy.
+// The five requirements of the reservation contract map onto claims:
+// requirement 1 (never more active reservations than stock) is [NoOversell],
+// 2 (one reservation per request key) is [IdempotentKey], 3 (one active
+// reservation per user and SKU) is [OneActivePerUser], 5 (a unit comes back
+// exactly once) is [ReturnOnce]. Requirement 4, bounded admission, is
+// independent of the strategy and lives in package admission, which wraps any
+// Strategy.
 package strategy

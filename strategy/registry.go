@@ -50,11 +50,3 @@ func Lookup(name string) (Meta, bool) {
 	m, ok := registry[name]
 	return m, ok
 }
-
-// Unregister removes a strategy. It exists for tests that register throwaway
-// strategies (negative controls, fakes) and must not leak them.
-func Unregister(name string) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	delete(registry, name)
-}

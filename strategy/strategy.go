@@ -84,53 +84,72 @@ type Expirer interface {
 // SessionOpener is implemented by strategies that can hold an attempt open:
 // run a reservation inside a transaction and let the caller decide later
 // whether to commit it. The harness builds interleavings (t1 holds an
-// uncommitted reservation while t2 and t3 arrive) from sessions. Without it,
-// interleaving scenarios are skipped.
+// uncommitted reservation while t2 and t3 arrive) from sessions, and kills a
+// helper process that holds one (kill-reserve). Without it, those scenarios
+// are not applicable.
 type SessionOpener interface {
 	OpenSession(ctx context.Context) (Session, error)
 }
 
-// Session is one attempt held open. Reserve runs inside the session's
-// transaction; its effects become visible to others only after Commit, and
-// Rollback undoes them (for in-memory strategies too: the unit goes back).
-// Exactly one of Commit or Rollback must be called; Rollback after Commit is a
-// no-op, so `defer s.Rollback(ctx)` is always safe. When the connection is
-// already gone, Rollback may report why; the attempt is undone either way
-// (PostgreSQL rolls back the transaction of a dead session).
-type Session interface {
-	// Backends returns the PostgreSQL backend PIDs the session's work runs on,
-	// so the harness can tell that a step is blocked from pg_locks or
-	// pg_blocking_pids, the way PostgreSQL's isolation tester does. It is valid
-	// from OpenSession on, before any statement that could block.
+// Transaction is work held open in one database transaction: the part a
+// Session and an ExpirySession share. Exactly one of Commit or Rollback must
+// be called; Rollback after Commit is a no-op, so `defer s.Rollback(ctx)` is
+// always safe. When the connection is already gone, Rollback may report why;
+// the work is undone either way (PostgreSQL rolls back the transaction of a
+// dead session). Other calls after either fail with ErrSessionEnded.
+type Transaction interface {
+	// Backends returns the PostgreSQL backend PIDs the work runs on, so the
+	// harness can tell that a step is blocked from pg_locks or
+	// pg_blocking_pids, the way PostgreSQL's isolation tester does. It is
+	// valid from the open on, before any statement that could block.
 	Backends() []uint32
-	Reserve(ctx context.Context, req Request) (Result, error)
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
 }
 
-// SessionExpirer is implemented by sessions that can run the expiry job
-// inside the held-open transaction: the harness runs it in a helper process
-// and kills that process between the job's work and its commit (seed
-// C28-09). Without it, the kill-mid-release scenario is skipped.
-type SessionExpirer interface {
+// Session is one reservation attempt held open. Reserve runs inside the
+// session's transaction; its effects become visible to others only after
+// Commit, and Rollback undoes them (for in-memory strategies too: the unit
+// goes back).
+type Session interface {
+	Transaction
+	Reserve(ctx context.Context, req Request) (Result, error)
+}
+
+// ExpirySessionOpener is implemented by strategies that can run the expiry
+// job inside a transaction held open: the harness runs it in a helper
+// process and kills that process between the job's work and its commit
+// (seed C28-09). Without it, the kill-release scenario is not applicable.
+type ExpirySessionOpener interface {
+	OpenExpirySession(ctx context.Context) (ExpirySession, error)
+}
+
+// ExpirySession is the expiry job held open.
+type ExpirySession interface {
+	Transaction
 	// ExpireDue is Expirer.ExpireDue inside the session's transaction: the
 	// units it reports come back only if the session commits.
 	ExpireDue(ctx context.Context) (units int, err error)
 }
 
+// ErrSessionEnded is matched (errors.Is) by the error of a Session or
+// ExpirySession used after Commit or Rollback.
+var ErrSessionEnded = errors.New("session already ended")
+
+// ErrNodeClosed is matched by the error of a node that was restarted or
+// whose deployment was closed: the caller must ask the Deployment for the
+// current node.
+var ErrNodeClosed = errors.New("node closed (restarted, or its deployment closed)")
+
 // Deployment is a strategy deployed over one database: its nodes, its stock
 // and the audit of its durable state. A Deployment covers exactly the SKUs of
 // its Config; several Deployments with disjoint SKUs may share a database.
 type Deployment interface {
-	// Node returns node i, 0 <= i < Config.NodeCount(); any other i is a
-	// programming error and may panic. The value changes when the node is
-	// restarted.
+	// Node returns node i, 0 <= i < Config.NodeCount(). Any other i panics
+	// with an error matching ErrNodeRange (call CheckNode first), as an
+	// index out of range does. The value changes when the node is
+	// restarted. Every node of a deployment has the same capabilities.
 	Node(i int) Strategy
-
-	// Restart closes node i and opens it again over the same database, as a
-	// process restart would: whatever the node kept only in memory is lost,
-	// and the node starts from what the strategy recovers on start.
-	Restart(ctx context.Context, i int) error
 
 	// Audit reports, per SKU, the stock against the reservations, read from
 	// the durable state (plus, for strategies that count in memory, the live
@@ -139,6 +158,29 @@ type Deployment interface {
 
 	// Close closes every node. It does not drop any data.
 	Close() error
+}
+
+// ErrNodeRange is matched by the value Deployment.Node panics with for an
+// index out of range.
+var ErrNodeRange = errors.New("node index out of range")
+
+// CheckNode panics with an error matching ErrNodeRange unless 0 <= i < n:
+// the one behaviour of Deployment.Node for a bad index.
+func CheckNode(i, n int) {
+	if i < 0 || i >= n {
+		panic(fmt.Errorf("%w: node %d of a deployment with %d nodes", ErrNodeRange, i, n))
+	}
+}
+
+// Restarter is implemented by deployments whose nodes can be restarted in
+// place. Without it the restart and node-death scenarios are not
+// applicable.
+type Restarter interface {
+	// Restart closes node i and opens it again over the same database, as a
+	// process restart would: whatever the node kept only in memory is lost,
+	// and the node starts from what the strategy recovers on start. The old
+	// node answers ErrNodeClosed from then on.
+	Restart(ctx context.Context, i int) error
 }
 
 // Ager is implemented by deployments that let a test make reservations due
@@ -186,12 +228,6 @@ type Config struct {
 	// that split stock across nodes give node i the share ShareOf(total, Nodes, i).
 	Nodes int
 
-	// Attach opens a deployment over stock that another process already
-	// loaded with the same Stock and Nodes: a second process of the same
-	// service, as the fault scenarios run one to kill it. Nothing is
-	// written; a SKU that has no stock yet is an ErrConfig error. Whatever a
-	// strategy keeps in memory starts the way a restart would start it.
-	Attach bool
 }
 
 // MaxTotal bounds the stock of one SKU: it must fit PostgreSQL's int4,
@@ -310,6 +346,16 @@ type Meta struct {
 	// Open deploys the strategy over cfg.DB with cfg.Stock. It validates cfg
 	// first and writes nothing when it is invalid.
 	Open func(ctx context.Context, cfg Config) (Deployment, error)
+
+	// Attach, when set, opens a deployment over stock that another process
+	// already loaded with the same Stock and Nodes: a second process of the
+	// same service, as the fault scenarios run one in a helper process to
+	// kill it. It validates cfg and writes nothing; a SKU without stock, or
+	// with another total, is an ErrConfig error. Whatever the strategy keeps
+	// in memory starts the way a restart would start it. Nil: the scenarios
+	// that need a second process (kill-release, kill-reserve) are not
+	// applicable.
+	Attach func(ctx context.Context, cfg Config) (Deployment, error)
 }
 
 // TTLForever is a TTL for cases that never expire anything.

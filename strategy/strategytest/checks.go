@@ -105,29 +105,62 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 	}
 	checkAudit("after one reservation", 4, 1)
 
-	// A second process attaches to the same stock: nothing written, same state.
-	attached, err := meta.Open(ctx, strategy.Config{DB: db, Nodes: 2, Attach: true, Stock: cfg.Stock})
-	if err != nil {
-		t.Fatalf("Open with Attach over existing stock: %v", err)
-	}
-	if got, err := attached.Node(1).Lookup(ctx, "kit-k1-"+sku); err != nil || got.Status != strategy.StatusHeld {
-		t.Errorf("Lookup through an attached deployment: %+v, %v; want HELD", got, err)
-	}
-	if err := attached.Close(); err != nil {
-		t.Errorf("Close of the attached deployment: %v", err)
-	}
-	checkAudit("after another deployment attached", 4, 1)
-	if d, err := meta.Open(ctx, strategy.Config{DB: db, Attach: true, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
-		_ = d.Close()
-		t.Errorf("Open with Attach over a SKU that has no stock: no error, want strategy.ErrConfig")
-	} else if !errors.Is(err, strategy.ErrConfig) {
-		t.Errorf("Open with Attach over a SKU that has no stock: %v, want strategy.ErrConfig", err)
+	// A key PostgreSQL text cannot hold was never stored.
+	if r, err := dep.Node(0).Lookup(ctx, "kit-\x00-"+sku); err != nil || r.Status != strategy.StatusNotFound {
+		t.Errorf("Lookup of a key with a NUL byte: %+v, %v; want StatusNotFound, nil", r, err)
 	}
 
+	// Node(i) out of range panics with strategy.ErrNodeRange, everywhere.
+	for _, i := range []int{-1, 2} {
+		checkNodeRange(t, dep, i)
+	}
+	// Every node has the capabilities of node 0.
+	caps := strategy.Probe(meta, dep)
+	if other := strategy.ProbeNode(dep.Node(1)); other != strategy.ProbeNode(dep.Node(0)) {
+		t.Errorf("node 1 has capabilities %+v, node 0 %+v: every node of a deployment must have the same", other, strategy.ProbeNode(dep.Node(0)))
+	}
+
+	// A second process attaches to the same stock: nothing written, same state.
+	if caps.Attach {
+		attached, err := meta.Attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: cfg.Stock})
+		if err != nil {
+			t.Fatalf("Attach over existing stock: %v", err)
+		}
+		if got, err := attached.Node(1).Lookup(ctx, "kit-k1-"+sku); err != nil || got.Status != strategy.StatusHeld {
+			t.Errorf("Lookup through an attached deployment: %+v, %v; want HELD", got, err)
+		}
+		if err := attached.Close(); err != nil {
+			t.Errorf("Close of the attached deployment: %v", err)
+		}
+		checkAudit("after another deployment attached", 4, 1)
+		if d, err := meta.Attach(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
+			_ = d.Close()
+			t.Errorf("Attach over a SKU that has no stock: no error, want strategy.ErrConfig")
+		} else if !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("Attach over a SKU that has no stock: %v, want strategy.ErrConfig", err)
+		}
+		if d, err := meta.Attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 6}, {SKU: sku + "-b", Total: 0}}}); err == nil {
+			_ = d.Close()
+			t.Errorf("Attach with another total than the stock was loaded with: no error, want strategy.ErrConfig")
+		} else if !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("Attach with another total: %v, want strategy.ErrConfig", err)
+		}
+	} else {
+		t.Logf("strategy does not set Meta.Attach: kill-release and kill-reserve are not applicable")
+	}
+
+	if !caps.Restart {
+		t.Logf("deployment does not implement strategy.Restarter: restart and node-death are not applicable")
+		return
+	}
+	old := dep.Node(0)
 	for i := 0; i < 2; i++ {
-		if err := dep.Restart(ctx, i); err != nil {
+		if err := dep.(strategy.Restarter).Restart(ctx, i); err != nil {
 			t.Fatalf("Restart(%d): %v", i, err)
 		}
+	}
+	if _, err := old.Reserve(ctx, strategy.Request{Key: "kit-k3-" + sku, User: "kit-u3", SKU: sku, TTL: time.Minute}); !errors.Is(err, strategy.ErrNodeClosed) {
+		t.Errorf("Reserve on a node that was restarted: %v, want an error matching strategy.ErrNodeClosed", err)
 	}
 	got, err := dep.Node(0).Lookup(ctx, "kit-k1-"+sku)
 	if err != nil || got.Status != strategy.StatusHeld {
@@ -136,6 +169,19 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 	if meta.Claims.Has(strategy.SurvivesRestart) {
 		checkAudit("after restarting every node", 4, 1)
 	} // otherwise what a restart does to the counts is the restart scenario's to report
+}
+
+// checkNodeRange: Node(i) out of range panics with strategy.ErrNodeRange.
+func checkNodeRange(t *testing.T, dep strategy.Deployment, i int) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		err, _ := r.(error)
+		if !errors.Is(err, strategy.ErrNodeRange) {
+			t.Errorf("Node(%d) of a 2-node deployment: recovered %v, want a panic with an error matching strategy.ErrNodeRange (strategy.CheckNode)", i, r)
+		}
+	}()
+	dep.Node(i)
 }
 
 // checkSession: a held-open attempt is invisible until Commit, gone after
@@ -194,6 +240,12 @@ func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 			}
 			if err := s.Rollback(ctx); err != nil {
 				t.Errorf("Rollback after Commit: %v, want nil (a no-op)", err)
+			}
+			if _, err := s.Reserve(ctx, strategy.Request{Key: key + "-late", User: "kit-late", SKU: sku, TTL: time.Minute}); !errors.Is(err, strategy.ErrSessionEnded) {
+				t.Errorf("Session.Reserve after Commit: %v, want an error matching strategy.ErrSessionEnded", err)
+			}
+			if err := s.Commit(ctx); !errors.Is(err, strategy.ErrSessionEnded) {
+				t.Errorf("Commit after Commit: %v, want an error matching strategy.ErrSessionEnded", err)
 			}
 			if st := status(key); st != strategy.StatusHeld {
 				t.Errorf("after Commit: Lookup says %s, want HELD", st)

@@ -20,7 +20,7 @@ func runRequests(ctx context.Context, t *trial) error {
 		}
 		if len(ph.Restart) > 0 {
 			for _, n := range ph.Restart {
-				if err := t.dep.Restart(ctx, n); err != nil {
+				if err := t.dep.(strategy.Restarter).Restart(ctx, n); err != nil {
 					return fmt.Errorf("restart node %d: %w", n, err)
 				}
 			}

@@ -23,6 +23,11 @@ const (
 	Violation Verdict = "VIOLATION"
 	// NotSupported: the strategy lacks a capability the scenario needs.
 	NotSupported Verdict = "n/a"
+	// Errored: the scenario could not be run to its end against the
+	// strategy (its setup failed, a helper process failed, it panicked or
+	// timed out). It fails `go test ./compare` like a violation: a strategy
+	// that errors has shown nothing.
+	Errored Verdict = "ERROR"
 )
 
 // Base marks a check that is part of the contract itself rather than of a
@@ -59,6 +64,9 @@ type Result struct {
 	Claims   strategy.Claims `json:"-"`
 	Trials   int             `json:"trials"`
 	Skipped  string          `json:"skipped,omitempty"`
+	// Error says why the scenario could not be run to its end; set by the
+	// harness, which reports it as the Errored verdict.
+	Error string `json:"error,omitempty"`
 	// Facts are deterministic for a given input: they go into the golden
 	// table. A fact that differed between trials is shown as "a | b".
 	Facts []Fact `json:"facts"`
@@ -74,6 +82,9 @@ type Result struct {
 
 // Verdict is the worst verdict of the checks.
 func (r *Result) Verdict() Verdict {
+	if r.Error != "" {
+		return Errored
+	}
 	if r.Skipped != "" {
 		return NotSupported
 	}

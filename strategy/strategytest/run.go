@@ -50,6 +50,13 @@ type ServerControl interface {
 	Restart(ctx context.Context) error
 }
 
+// notApplicable is returned by a runner that finds only mid-run that the
+// strategy cannot do what the scenario needs (a helper process reports a
+// missing capability): the scenario is n/a, not an error.
+type notApplicable string
+
+func (n notApplicable) Error() string { return string(n) }
+
 // ErrSetup is matched by errors of the harness or the database, as opposed to
 // checks that failed: the scenario could not be run.
 var ErrSetup = errors.New("scenario setup failed")
@@ -67,7 +74,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	if env.StepTimeout == 0 {
 		env.StepTimeout = 20 * time.Second
 	}
-	runner, needs := runnerFor(in.Kind)
+	runner, req := runnerFor(in)
 	reps := in.Repetitions
 	if env.Short {
 		reps = in.ShortRepetitions
@@ -85,8 +92,8 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s/%s trial %d: open: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
 		}
-		t.dep = dep
-		if missing := needs(t); missing != "" {
+		t.dep, t.caps = dep, strategy.Probe(env.Meta, dep)
+		if missing := req.unmet(&env, t.caps); missing != "" {
 			_ = dep.Close()
 			r.Skipped = missing
 			r.Elapsed = time.Since(start)
@@ -98,6 +105,12 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		}
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
+		}
+		var na notApplicable
+		if errors.As(err, &na) {
+			r.Skipped = string(na)
+			r.Elapsed = time.Since(start)
+			return r, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
@@ -120,82 +133,69 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 
 type runnerFunc func(ctx context.Context, t *trial) error
 
-// needsFunc returns "" when the deployment has what the runner needs, else
-// why the scenario is skipped.
-type needsFunc func(t *trial) string
+// requirement is what a scenario needs beyond the core contract: the
+// strategy's optional capabilities, and what only the harness can provide.
+type requirement struct {
+	caps strategy.Capabilities
+	// server: a PostgreSQL server of the scenario's own (Env.Server).
+	server bool
+	// helper: the strategy can be found by name in a helper process.
+	helper bool
+}
 
-func runnerFor(kind string) (runnerFunc, needsFunc) {
-	none := func(*trial) string { return "" }
-	switch kind {
+// runnerFor returns the runner of a kind and what it needs. Restart phases
+// add the Restarter capability to a requests scenario.
+func runnerFor(in *Scenario) (runnerFunc, requirement) {
+	switch in.Kind {
 	case KindRequests:
-		return runRequests, none
-	case KindExpiryReplay:
-		return runExpiryReplay, needs(capExpirer, capAger)
-	case KindConfirmVsExpire:
-		return runConfirmVsExpire, needs(capExpirer, capAger, capConfirmer)
-	case KindReleaseReplay:
-		return runReleaseReplay, needs(capReleaser)
-	case KindInterleave:
-		return runInterleave, needs(capSessions)
-	case KindBadInput:
-		return runBadInput, none
-	case KindKillRelease:
-		return runKillRelease, needs(capExpirer, capAger, capSessions, capSessionExpirer, capHelper)
-	case KindKillReserve:
-		return runKillReserve, needs(capSessions, capHelper)
-	case KindServerCrash:
-		return runServerCrash, needs(capServer)
-	case KindCommitTimeout:
-		return runCommitTimeout, needs(capServer)
-	case KindNodeDeath:
-		return runNodeDeath, needs(capCrasher)
-	}
-	panic("scenario: no runner for kind " + kind) // Validate rejects unknown kinds
-}
-
-type capability struct {
-	name string
-	has  func(t *trial) bool
-}
-
-var (
-	capExpirer   = capability{"Expirer", func(t *trial) bool { _, ok := t.node(0).(strategy.Expirer); return ok }}
-	capConfirmer = capability{"Confirmer", func(t *trial) bool { _, ok := t.node(0).(strategy.Confirmer); return ok }}
-	capReleaser  = capability{"Releaser", func(t *trial) bool { _, ok := t.node(0).(strategy.Releaser); return ok }}
-	capSessions  = capability{"SessionOpener", func(t *trial) bool { _, ok := t.node(0).(strategy.SessionOpener); return ok }}
-	capAger      = capability{"Ager (on the Deployment)", func(t *trial) bool { _, ok := t.dep.(strategy.Ager); return ok }}
-	capCrasher   = capability{"ReserveCrasher (on the Deployment): it keeps no state in memory that a dying request could lose", func(t *trial) bool { _, ok := t.dep.(strategy.ReserveCrasher); return ok }}
-	capServer    = capability{"a server of its own (run by compare, not by the conformance kit)", func(t *trial) bool { return t.env.Server != nil }}
-	capHelper    = capability{"registration where a helper process can find it (strategy.Register, or scenario.RegisterForHelpers)", func(t *trial) bool { return helperCanFind(t.env.Meta.Name) }}
-	// capSessionExpirer probes a real session, which it rolls back.
-	capSessionExpirer = capability{"SessionExpirer (on the Session)", func(t *trial) bool {
-		opener, ok := t.node(0).(strategy.SessionOpener)
-		if !ok {
-			return false
-		}
-		s, err := opener.OpenSession(context.Background())
-		if err != nil {
-			return false
-		}
-		defer s.Rollback(context.Background())
-		_, ok = s.(strategy.SessionExpirer)
-		return ok
-	}}
-)
-
-func needs(caps ...capability) needsFunc {
-	return func(t *trial) string {
-		var missing []string
-		for _, c := range caps {
-			if !c.has(t) {
-				missing = append(missing, c.name)
+		var r requirement
+		for _, p := range in.Phases {
+			if len(p.Restart) > 0 {
+				r.caps.Restart = true
 			}
 		}
-		if len(missing) == 0 {
-			return ""
-		}
-		return "strategy does not implement " + strings.Join(missing, ", ")
+		return runRequests, r
+	case KindExpiryReplay:
+		return runExpiryReplay, requirement{caps: strategy.Capabilities{Expire: true, Age: true}}
+	case KindConfirmVsExpire:
+		return runConfirmVsExpire, requirement{caps: strategy.Capabilities{Expire: true, Age: true, Confirm: true}}
+	case KindReleaseReplay:
+		return runReleaseReplay, requirement{caps: strategy.Capabilities{Release: true}}
+	case KindInterleave:
+		return runInterleave, requirement{caps: strategy.Capabilities{Sessions: true}}
+	case KindBadInput:
+		return runBadInput, requirement{}
+	case KindKillRelease:
+		return runKillRelease, requirement{caps: strategy.Capabilities{Expire: true, Age: true, ExpirySession: true, Attach: true}, helper: true}
+	case KindKillReserve:
+		return runKillReserve, requirement{caps: strategy.Capabilities{Sessions: true, Attach: true}, helper: true}
+	case KindServerCrash:
+		return runServerCrash, requirement{server: true}
+	case KindCommitTimeout:
+		return runCommitTimeout, requirement{server: true}
+	case KindNodeDeath:
+		return runNodeDeath, requirement{caps: strategy.Capabilities{CrashMidReserve: true, Restart: true}}
 	}
+	panic("strategytest: no runner for kind " + in.Kind) // Validate rejects unknown kinds
+}
+
+// unmet says why a requirement is not met by a strategy whose deployment
+// has caps, or "" when it is.
+func (r requirement) unmet(env *Env, caps strategy.Capabilities) string {
+	var why []string
+	if m := caps.Missing(r.caps); m != "" {
+		why = append(why, "strategy does not implement "+m)
+	}
+	if r.caps.CrashMidReserve && !caps.CrashMidReserve {
+		why = append(why, "it keeps no state in memory that a dying request could lose")
+	}
+	if r.server && env.Server == nil {
+		why = append(why, "needs a server of its own (compare starts one; the conformance kit and a server named by "+pgtestEnvDSN+" cannot be crashed)")
+	}
+	if r.helper && !helperCanFind(env.Meta.Name) {
+		why = append(why, "a helper process cannot find the strategy by name (register it with strategy.Register, or strategytest.RegisterForHelpers from the test binary's init)")
+	}
+	return strings.Join(why, "; ")
 }
 
 // trial is one repetition of a scenario on its own deployment, with its own
@@ -207,6 +207,7 @@ type trial struct {
 	suffix string
 	cfg    strategy.Config
 	dep    strategy.Deployment
+	caps   strategy.Capabilities // of dep, probed once at Open
 	hist   *History
 
 	facts   []Fact

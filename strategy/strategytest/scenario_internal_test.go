@@ -15,7 +15,7 @@ func TestLoadEveryScenario(t *testing.T) {
 		t.Fatalf("loaded %d scenarios", len(all))
 	}
 	for _, in := range all {
-		runnerFor(in.Kind) // panics on a kind without a runner
+		runnerFor(in) // panics on a kind without a runner
 		if in.Title == "" || in.Case == "" {
 			t.Errorf("%s: needs a title and a case", in.Name)
 		}
@@ -69,18 +69,6 @@ func TestParseRejectsBadInput(t *testing.T) {
 	} {
 		if _, err := ParseScenario([]byte(doc)); !errors.Is(err, ErrInput) {
 			t.Errorf("%s: Parse gave %v, want an error matching ErrInput", name, err)
-		}
-	}
-}
-
-func TestWithAppName(t *testing.T) {
-	for dsn, want := range map[string]string{
-		"host=/tmp port=5432":               "host=/tmp port=5432 application_name=a",
-		"postgres://u@h/db":                 "postgres://u@h/db?application_name=a",
-		"postgres://u@h/db?sslmode=disable": "postgres://u@h/db?sslmode=disable&application_name=a",
-	} {
-		if got := withAppName(dsn, "a"); got != want {
-			t.Errorf("withAppName(%q) = %q, want %q", dsn, got, want)
 		}
 	}
 }

@@ -1,10 +1,13 @@
-// Package strategytest is the conformance kit for reservebench strategies,
-// in the manner of testing/fstest.TestFS: a strategy's own tests call Run
-// with its Meta and a way to get a fresh PostgreSQL database, and the kit
+// Package strategytest is the conformance kit for reservebench strategies and
+// the harness behind table 28-1, in the manner of testing/fstest.TestFS: a
+// strategy's own tests, in this repository or in a module of their own, call
+// Run with its Meta and a way to get a fresh PostgreSQL database, and the kit
 // runs every scenario of table 28-1 against it, judging each check against
 // the strategy's Claims. It checks requirements 1, 2, 3 and 5 of the
 // reservation contract, bad input, the deployment config, and the session
 // semantics when the strategy holds attempts open.
+//
+//	func TestMain(m *testing.M) { strategytest.Main(m) }
 //
 //	func TestConformance(t *testing.T) {
 //		strategytest.Run(t, mystrategy.Meta(), pgtest.Pools)
@@ -14,16 +17,24 @@
 // and the history excerpt that broke it. A boundary the strategy does not
 // claim is logged, not failed. A scenario whose capability is missing is
 // skipped with the name of the missing interface.
+//
+// The scenarios are JSON files embedded in this package (scenarios/*.json;
+// Scenarios loads them). RunScenario runs one against one strategy and
+// returns a Result: its checks, each judged against the claims (holds,
+// observed, VIOLATION), and the deterministic facts table 28-1 shows.
+// Package compare runs them all against every registered strategy.
 package strategytest
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -38,19 +49,38 @@ const RaceRepetitions = 50
 // pgtest.Pools has this signature.
 type NewDB func(tb testing.TB) (db, admin *pgxpool.Pool)
 
-// Options tune Verify. The zero value is what Run uses, except Short, which
-// Run takes from testing.Short().
+// Options tune RunWith and Verify. The zero value is what Run uses.
 type Options struct {
+	// Short runs fewer repetitions (Verify only; RunWith follows -short).
 	Short bool
 	// RaceRepetitions overrides RaceRepetitions when > 0.
 	RaceRepetitions int
 	// Only runs just these scenarios (by name) when non-empty.
 	Only []string
+	// Skip leaves these scenarios out (by name).
+	Skip []string
+	// Logf gets progress lines (Verify only; RunWith logs to t).
 	Logf func(format string, args ...any)
 }
 
-// Run runs the kit as subtests of t.
+func (o Options) wants(name string) bool {
+	return (len(o.Only) == 0 || contains(o.Only, name)) && !contains(o.Skip, name)
+}
+
+// Run runs the kit as subtests of t: the config and session checks, then
+// every scenario. The scenarios that crash or reconfigure the server
+// (server-crash, commit-timeout) run on a throwaway cluster the kit starts
+// for them when local PostgreSQL binaries are found (pgtest.Start); against
+// a server named by pgtest.EnvDSN they are skipped. The test binary's
+// TestMain must call Main, so the kill scenarios' helper processes work.
 func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
+	t.Helper()
+	RunWith(t, meta, newDB, Options{})
+}
+
+// RunWith is Run with options: a subset of the scenarios, more race
+// repetitions.
+func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	t.Helper()
 	db, admin := newDB(t)
 	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db) })
@@ -59,15 +89,66 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var own *ownServer
+	parent := t
 	for _, in := range ins {
+		if !opts.wants(in.Name) {
+			continue
+		}
 		t.Run(in.Name, func(t *testing.T) {
-			r, err := runOne(context.Background(), meta, db, admin, in, Options{Short: testing.Short(), Logf: t.Logf})
+			env := Env{Meta: meta, DB: db, Admin: admin, Short: testing.Short(), Logf: t.Logf}
+			if in.ExclusiveServer {
+				if own == nil {
+					own = startOwnServer(parent)
+				}
+				env = own.env(t, env)
+			}
+			r, err := runOne(context.Background(), env, in, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			Report(t, r)
 		})
 	}
+}
+
+// ownServer is the cluster Run starts for the scenarios that crash it.
+type ownServer struct {
+	srv *pgtest.Server
+	why string // why there is none
+}
+
+func startOwnServer(t *testing.T) *ownServer {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		return &ownServer{why: pgtest.EnvDSN + " names a server the kit does not own"}
+	}
+	if _, err := pgtest.FindBinDir(); err != nil {
+		return &ownServer{why: "no local PostgreSQL binaries to start a cluster of its own: " + err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := pgtest.Start(ctx, pgtest.Options{})
+	if err != nil {
+		t.Fatalf("start a cluster for the server-crashing scenarios: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Errorf("stop the kit's own cluster: %v", err)
+		}
+	})
+	return &ownServer{srv: srv}
+}
+
+// env points env at a fresh database on the kit's own cluster, or leaves
+// env.Server nil (the scenario is then reported n/a with the reason).
+func (o *ownServer) env(t *testing.T, env Env) Env {
+	if o.srv == nil {
+		t.Logf("%s is skipped: %s", t.Name(), o.why)
+		return env
+	}
+	d := pgtest.NewDatabaseOn(t, o.srv)
+	env.DB, env.Admin, env.Server = d.Pool(t, 32), d.AdminPool(t, 4), o.srv
+	return env
 }
 
 // Report turns a scenario result into test output: skipped, a failure per
@@ -97,10 +178,11 @@ func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, op
 	}
 	var out []*Result
 	for _, in := range ins {
-		if len(opts.Only) > 0 && !contains(opts.Only, in.Name) {
+		if !opts.wants(in.Name) {
 			continue
 		}
-		r, err := runOne(ctx, meta, db, admin, in, opts)
+		env := Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
+		r, err := runOne(ctx, env, in, opts)
 		if err != nil {
 			return out, err
 		}
@@ -109,9 +191,8 @@ func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, op
 	return out, nil
 }
 
-func runOne(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, in *Scenario, opts Options) (*Result, error) {
-	env := Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
-	if in.Race && !opts.Short {
+func runOne(ctx context.Context, env Env, in *Scenario, opts Options) (*Result, error) {
+	if in.Race && !env.Short {
 		env.Repetitions = max(in.Repetitions, RaceRepetitions)
 		if opts.RaceRepetitions > 0 {
 			env.Repetitions = opts.RaceRepetitions

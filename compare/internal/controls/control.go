@@ -1,0 +1,546 @@
+package controls
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// breakage is the one mistake of a control.
+type breakage int
+
+const (
+	correct breakage = iota
+	// releaseWithoutStatusCheck (C28-10): the expiry job selects due rows
+	// without status = 'HELD' and returns one unit per id it read.
+	releaseWithoutStatusCheck
+	// splitRelease (C28-11): the expiry job returns stock in one transaction
+	// and moves the status in a second one; the first run dies between them
+	// and is rerun.
+	splitRelease
+	// checkThenInsert (C28-12): the per-user limit is a SELECT before the
+	// INSERT, with no partial unique index behind it.
+	checkThenInsert
+	// unconditionalDecrement: UPDATE ... SET available = available - 1
+	// without available > 0, on a table without the CHECK.
+	unconditionalDecrement
+	// lostUpdate: SELECT available, decide in the client, UPDATE ... SET
+	// available = <read> - 1.
+	lostUpdate
+	// expireConfirmed: the expiry job moves CONFIRMED rows too.
+	expireConfirmed
+	// expireCountsRead: the expiry job moves the ids it read WHERE status =
+	// 'HELD', but returns len(ids) units.
+	expireCountsRead
+	// keyNotUnique: no unique index on request_key; SELECT by key first.
+	keyNotUnique
+	// uniqueViolationIsLimit: every 23505 answers USER_LIMIT.
+	uniqueViolationIsLimit
+	// releaseNoStatusCheck: Release without status = 'HELD'.
+	releaseNoStatusCheck
+	// confirmNoStatusCheck: Confirm without status = 'HELD'.
+	confirmNoStatusCheck
+	// releaseKeepsUnit: Release moves the row, returns no unit.
+	releaseKeepsUnit
+	// soldOutWhenLocked: FOR UPDATE NOWAIT on the stock row; 55P03 is
+	// SOLD_OUT.
+	soldOutWhenLocked
+	// restartFromConfig: Restart resets available to total.
+	restartFromConfig
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+func meta(s spec) strategy.Meta {
+	return strategy.Meta{
+		Name:        s.name,
+		Description: "negative control: strategy A with one deliberate mistake",
+		Correctness: "none: it claims what it cannot keep",
+		Claims:      s.claims,
+		Open: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+			return open(ctx, s, cfg)
+		},
+		Attach: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+			return attach(ctx, s, cfg)
+		},
+	}
+}
+
+// tables are a control's table names: its own set, so controls never share
+// a table even in one database.
+type tables struct{ prefix, stock, reservation string }
+
+func tablesOf(name string) tables {
+	p := strings.ReplaceAll(name, "-", "_")
+	return tables{prefix: p, stock: p + "_stock", reservation: p + "_reservation"}
+}
+
+// q fills a statement's {stock} and {reservation} placeholders.
+func (t tables) q(sql string) string {
+	return strings.NewReplacer("{stock}", t.stock, "{reservation}", t.reservation).Replace(sql)
+}
+
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64() >> 1)
+}
+
+func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tb := tablesOf(s.name)
+	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(schemaSQL, "ctl_", tb.prefix+"_")); err != nil {
+			return err
+		}
+		// The constraints strategy A has, less the one this control drops.
+		if s.b != unconditionalDecrement {
+			if _, err := tx.Exec(ctx, tb.q(`DO $$ BEGIN
+				ALTER TABLE {stock} ADD CONSTRAINT {stock}_range CHECK (available >= 0 AND available <= total);
+			EXCEPTION WHEN duplicate_object THEN NULL; END $$`)); err != nil {
+				return err
+			}
+		}
+		if s.b != keyNotUnique {
+			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_key ON {reservation} (request_key)`)); err != nil {
+				return err
+			}
+		}
+		if s.b != checkThenInsert {
+			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`)); err != nil {
+				return err
+			}
+		}
+		for _, st := range cfg.Stock {
+			tag, err := tx.Exec(ctx, tb.q(`INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`), st.SKU, st.Total)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: %s", strategy.ErrStockExists, st.SKU)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: open: %w", s.name, err)
+	}
+	return newControl(s, cfg), nil
+}
+
+func attach(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tb := tablesOf(s.name)
+	var n int
+	if err := cfg.DB.QueryRow(ctx, tb.q(`SELECT count(*) FROM {stock} s JOIN unnest($1::text[], $2::int[]) AS c (sku, total) USING (sku) WHERE s.total = c.total`),
+		cfg.SKUs(), totals(cfg)).Scan(&n); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return nil, fmt.Errorf("%w: attach: no schema", strategy.ErrConfig)
+		}
+		return nil, err
+	}
+	if n != len(cfg.Stock) {
+		return nil, fmt.Errorf("%w: attach: %d of %d SKUs have that stock", strategy.ErrConfig, n, len(cfg.Stock))
+	}
+	return newControl(s, cfg), nil
+}
+
+func totals(cfg strategy.Config) []int32 {
+	out := make([]int32, len(cfg.Stock))
+	for i, s := range cfg.Stock {
+		out[i] = int32(s.Total)
+	}
+	return out
+}
+
+func newControl(s spec, cfg strategy.Config) *control {
+	c := &control{db: cfg.DB, t: tablesOf(s.name), skus: cfg.SKUs(), breaks: s.b, nodes: make([]*node, cfg.NodeCount())}
+	for i := range c.nodes {
+		c.nodes[i] = &node{c: c}
+	}
+	return c
+}
+
+// control is the deployment; its nodes are handles that keep nothing in
+// memory.
+type control struct {
+	db           *pgxpool.Pool
+	t            tables
+	skus         []string
+	breaks       breakage
+	nodes        []*node
+	firstRunDied atomic.Bool // splitRelease: the first expiry run has died
+}
+
+type node struct {
+	c      *control
+	closed atomic.Bool
+}
+
+var (
+	_ strategy.Deployment          = (*control)(nil)
+	_ strategy.Ager                = (*control)(nil)
+	_ strategy.Restarter           = (*control)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+)
+
+func (c *control) Node(i int) strategy.Strategy {
+	strategy.CheckNode(i, len(c.nodes))
+	return c.nodes[i]
+}
+
+// Restart replaces the node's handle. Under restartFromConfig it also sets
+// available back to total, as a node that reloads its stock from config.
+func (c *control) Restart(ctx context.Context, i int) error {
+	strategy.CheckNode(i, len(c.nodes))
+	c.nodes[i].closed.Store(true)
+	c.nodes[i] = &node{c: c}
+	if c.breaks == restartFromConfig {
+		_, err := c.db.Exec(ctx, c.t.q(`UPDATE {stock} SET available = total WHERE sku = ANY($1)`), c.skus)
+		return err
+	}
+	return nil
+}
+
+func (c *control) Close() error {
+	for _, n := range c.nodes {
+		n.closed.Store(true)
+	}
+	return nil
+}
+
+func (c *control) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := c.db.Query(ctx, c.t.q(`
+		SELECT s.sku, s.total, s.available,
+		       (SELECT count(*) FROM {reservation} r WHERE r.sku = s.sku AND r.status IN ('HELD','CONFIRMED'))
+		FROM {stock} s WHERE s.sku = ANY($1) ORDER BY s.sku`), c.skus)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := r.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
+		return a, err
+	})
+}
+
+func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := c.db.Exec(ctx, c.t.q(`UPDATE {reservation} SET expires_at = now() - interval '1 second' WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`), keys, c.skus)
+	return int(tag.RowsAffected()), err
+}
+
+func (n *node) check() error {
+	if n.closed.Load() {
+		return strategy.ErrNodeClosed
+	}
+	return nil
+}
+
+func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	if err := n.check(); err != nil {
+		return strategy.Reservation{}, err
+	}
+	if !strategy.Storable(key) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
+	return n.c.lookupIn(ctx, n.c.db, key)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
+	r := strategy.Reservation{Key: key}
+	err := q.QueryRow(ctx, c.t.q(`SELECT user_id, sku, status, expires_at FROM {reservation} WHERE request_key = $1 ORDER BY reservation_id LIMIT 1`), key).
+		Scan(&r.User, &r.SKU, &r.Status, &r.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
+	return r, err
+}
+
+func (c *control) owns(sku string) bool {
+	for _, s := range c.skus {
+		if s == sku {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := req.Validate(); err != nil {
+		return strategy.BadRequest(err)
+	}
+	if !n.c.owns(req.SKU) {
+		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
+	}
+	if err := n.check(); err != nil {
+		return strategy.Result{}, err
+	}
+	var res strategy.Result
+	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
+		var err error
+		res, err = n.c.reserveIn(ctx, tx, req)
+		return err
+	})
+	return res, err
+}
+
+func knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
+	if existing.User != req.User || existing.SKU != req.SKU {
+		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
+	}
+	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: existing}
+}
+
+// reserveIn is strategy A's reservation (savepoint, insert the key, take
+// the unit) with the control's mistake, if it is in this path.
+func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	if c.breaks == checkThenInsert {
+		var has bool
+		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND status IN ('HELD','CONFIRMED'))`),
+			req.SKU, req.User).Scan(&has); err != nil {
+			return strategy.Result{}, err
+		}
+		if has {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+	}
+	if c.breaks == keyNotUnique {
+		existing, err := c.lookupIn(ctx, tx, req.Key)
+		if err != nil {
+			return strategy.Result{}, err
+		}
+		if existing.Status != strategy.StatusNotFound {
+			return knownKey(req, existing), nil
+		}
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return strategy.Result{}, err
+	}
+	var expires time.Time
+	insert := `INSERT INTO {reservation} (request_key, user_id, sku, status, expires_at)
+		VALUES ($1, $2, $3, 'HELD', now() + $4::interval)
+		ON CONFLICT (request_key) DO NOTHING RETURNING expires_at`
+	if c.breaks == keyNotUnique {
+		insert = `INSERT INTO {reservation} (request_key, user_id, sku, status, expires_at)
+		VALUES ($1, $2, $3, 'HELD', now() + $4::interval) RETURNING expires_at`
+	}
+	err = sp.QueryRow(ctx, c.t.q(insert), req.Key, req.User, req.SKU, req.TTL).Scan(&expires)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" && c.breaks == uniqueViolationIsLimit:
+		_ = sp.Rollback(ctx)
+		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "23505":
+		_ = sp.Rollback(ctx)
+		existing, lerr := c.lookupIn(ctx, tx, req.Key)
+		switch {
+		case lerr != nil:
+			return strategy.Result{}, lerr
+		case existing.Status == strategy.StatusNotFound:
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+		return knownKey(req, existing), nil
+	case err != nil:
+		return strategy.Result{}, err
+	}
+	took, err := c.takeUnit(ctx, sp, req.SKU)
+	if err != nil {
+		return strategy.Result{}, err
+	}
+	if !took {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, sp.Rollback(ctx)
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return strategy.Result{}, err
+	}
+	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: strategy.Reservation{
+		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: expires}}, nil
+}
+
+// takeUnit decrements the stock row and reports whether a unit was taken.
+func (c *control) takeUnit(ctx context.Context, tx pgx.Tx, sku string) (bool, error) {
+	switch c.breaks {
+	case unconditionalDecrement:
+		_, err := tx.Exec(ctx, c.t.q(`UPDATE {stock} SET available = available - 1 WHERE sku = $1`), sku)
+		return err == nil, err
+	case lostUpdate:
+		var avail int
+		if err := tx.QueryRow(ctx, c.t.q(`SELECT available FROM {stock} WHERE sku = $1`), sku).Scan(&avail); err != nil {
+			return false, err
+		}
+		if avail <= 0 {
+			return false, nil
+		}
+		_, err := tx.Exec(ctx, c.t.q(`UPDATE {stock} SET available = $2 WHERE sku = $1`), sku, avail-1)
+		return err == nil, err
+	case soldOutWhenLocked:
+		var avail int
+		err := tx.QueryRow(ctx, c.t.q(`SELECT available FROM {stock} WHERE sku = $1 FOR UPDATE NOWAIT`), sku).Scan(&avail)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			return false, nil // the row is locked: "sold out"
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	tag, err := tx.Exec(ctx, c.t.q(`UPDATE {stock} SET available = available - 1 WHERE sku = $1 AND available > 0`), sku)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
+	if err := n.check(); err != nil {
+		return false, err
+	}
+	status := `AND status = 'HELD'`
+	if n.c.breaks == confirmNoStatusCheck {
+		status = ``
+	}
+	if mode == strategy.ConfirmBeforeExpiry {
+		status += ` AND expires_at >= now()`
+	}
+	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE request_key = $1 AND sku = ANY($2) `+status), key, n.c.skus)
+	return tag.RowsAffected() == 1, err
+}
+
+func (n *node) Release(ctx context.Context, key string) (int, error) {
+	if err := n.check(); err != nil {
+		return 0, err
+	}
+	status := `AND status = 'HELD'`
+	if n.c.breaks == releaseNoStatusCheck {
+		status = ``
+	}
+	back := `UPDATE {stock} s SET available = s.available + 1 FROM moved WHERE s.sku = moved.sku RETURNING 1`
+	if n.c.breaks == releaseKeepsUnit {
+		back = `SELECT 1 FROM moved`
+	}
+	var units int
+	err := n.c.db.QueryRow(ctx, n.c.t.q(`
+		WITH moved AS (
+			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND sku = ANY($2) `+status+` RETURNING sku),
+		back AS (`+back+`)
+		SELECT count(*)::int FROM back`), key, n.c.skus).Scan(&units)
+	return units, err
+}
+
+func (n *node) ExpireDue(ctx context.Context) (int, error) {
+	if err := n.check(); err != nil {
+		return 0, err
+	}
+	var units int
+	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
+		var err error
+		units, err = n.c.expireIn(ctx, tx, true)
+		return err
+	})
+	return units, err
+}
+
+// expireIn runs the expiry job in tx. The split control commits its stock
+// return on its own, outside tx: that is its mistake. In process, its first
+// run dies between the two (simulateDeath); in the kill-release scenario a
+// real SIGKILL does it.
+func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (int, error) {
+	switch c.breaks {
+	case releaseWithoutStatusCheck:
+		ids, err := c.dueIDs(ctx, tx, `sku = ANY($1) AND expires_at < now()`)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(ctx, c.t.q(`UPDATE {reservation} SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`), ids); err != nil {
+			return 0, err
+		}
+		return len(ids), c.giveBack(ctx, tx, ids)
+	case expireCountsRead:
+		ids, err := c.dueIDs(ctx, tx, `sku = ANY($1) AND status = 'HELD' AND expires_at < now()`)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(ctx, c.t.q(`UPDATE {reservation} SET status = 'EXPIRED' WHERE reservation_id = ANY($1) AND status = 'HELD'`), ids); err != nil {
+			return 0, err
+		}
+		return len(ids), c.giveBack(ctx, tx, ids)
+	case splitRelease:
+		var ids []int64
+		err := pgx.BeginFunc(ctx, c.db, func(first pgx.Tx) error {
+			var err error
+			if ids, err = c.dueIDs(ctx, first, `sku = ANY($1) AND status = 'HELD' AND expires_at < now()`); err != nil {
+				return err
+			}
+			return c.giveBack(ctx, first, ids)
+		})
+		if err != nil {
+			return 0, err
+		}
+		if simulateDeath && len(ids) > 0 && c.firstRunDied.CompareAndSwap(false, true) {
+			return 0, errors.New("release job killed between its two transactions (simulated)")
+		}
+		_, err = tx.Exec(ctx, c.t.q(`UPDATE {reservation} SET status = 'EXPIRED' WHERE reservation_id = ANY($1)`), ids)
+		return len(ids), err
+	}
+	statuses := `'HELD'`
+	if c.breaks == expireConfirmed {
+		statuses = `'HELD', 'CONFIRMED'`
+	}
+	var units int
+	err := tx.QueryRow(ctx, c.t.q(`
+		WITH moved AS (
+			UPDATE {reservation} SET status = 'EXPIRED'
+			WHERE sku = ANY($1) AND status IN (`+statuses+`) AND expires_at < now() RETURNING sku),
+		per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku),
+		upd AS (UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku RETURNING per.n)
+		SELECT coalesce(sum(n), 0) FROM upd`), c.skus).Scan(&units)
+	return units, err
+}
+
+func (c *control) dueIDs(ctx context.Context, tx pgx.Tx, where string) ([]int64, error) {
+	rows, err := tx.Query(ctx, c.t.q(`SELECT reservation_id FROM {reservation} WHERE `+where), c.skus)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// giveBack returns one unit per id read, per SKU: the count comes from the
+// list, not from rows a transition moved.
+func (c *control) giveBack(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	_, err := tx.Exec(ctx, c.t.q(`
+		UPDATE {stock} s SET available = s.available + per.n
+		FROM (SELECT sku, count(*) AS n FROM {reservation} WHERE reservation_id = ANY($1) GROUP BY sku) per
+		WHERE s.sku = per.sku`), ids)
+	return err
+}

@@ -1,0 +1,145 @@
+// Package controls holds the negative controls of table 28-1: copies of
+// strategy A (hotrow) with one deliberate mistake each, claiming the
+// guarantee the mistake breaks. The harness must catch each with the claim
+// and scenario listed; package compare runs them next to the registered
+// strategies and fails when one escapes. They are never registered with
+// strategy.Register, so they never appear among the strategies; helper
+// processes find them through strategytest.RegisterForHelpers.
+//
+// What decides a write must be a condition the database evaluates at the
+// moment of writing (a WHERE clause, a unique index, a CHECK). Each control
+// moves one such condition somewhere else: it is missing, in another
+// transaction, evaluated before the write, or counted from what was read
+// instead of from what was written.
+package controls
+
+import (
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
+)
+
+// Control is one negative control and the violations it must produce.
+type Control struct {
+	Meta   strategy.Meta
+	Case   string // the seed's case it reproduces, e.g. "C28-10", or "new"
+	Breaks string // what is broken, in one line
+	Expect []Expectation
+	// Race says the mistake shows only when requests interleave in a
+	// certain way: its detection rate is measured (see detection_test.go
+	// in package compare).
+	Race bool
+}
+
+// Expectation is a violation a control must produce: a claim, flagged in a
+// scenario.
+type Expectation struct {
+	Scenario string
+	Claim    strategy.Claims
+}
+
+// Scenarios lists the scenarios the control's expectations name, each once,
+// in order: all that need to run to judge it.
+func (c Control) Scenarios() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, e := range c.Expect {
+		if !seen[e.Scenario] {
+			seen[e.Scenario] = true
+			out = append(out, e.Scenario)
+		}
+	}
+	return out
+}
+
+// claimsOfA is what strategy A claims, and so what its copies claim.
+const claimsOfA = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
+	strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+
+type spec struct {
+	name, cs, breaks string
+	b                breakage
+	claims           strategy.Claims
+	race             bool
+	expect           []Expectation
+}
+
+func expect(scenario string, claims ...strategy.Claims) []Expectation {
+	var out []Expectation
+	for _, c := range claims {
+		out = append(out, Expectation{Scenario: scenario, Claim: c})
+	}
+	return out
+}
+
+func join(lists ...[]Expectation) []Expectation {
+	var out []Expectation
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+var specs = []spec{
+	{name: "ctl-release-no-status-check", cs: "C28-10", b: releaseWithoutStatusCheck, claims: claimsOfA,
+		breaks: "the expiry job reads due ids without status = 'HELD' and returns one unit per id read",
+		expect: join(expect("expiry-replay", strategy.ReturnOnce, strategy.Conserves), expect("c28-10", strategy.NoOversell, strategy.Conserves))},
+	{name: "ctl-split-release", cs: "C28-11", b: splitRelease, claims: claimsOfA,
+		breaks: "the expiry job returns stock in one transaction and moves status in another; it dies between them and is rerun",
+		expect: join(expect("expiry-replay", strategy.ReturnOnce), expect("kill-release", strategy.ReturnOnce))},
+	{name: "ctl-check-then-insert", cs: "C28-12", b: checkThenInsert, claims: claimsOfA,
+		breaks: "the one-per-user rule is a SELECT before the INSERT, without the partial unique index",
+		expect: join(expect("same-user", strategy.OneActivePerUser), expect("user-limit", strategy.OneActivePerUser))},
+	{name: "ctl-unconditional-decrement", cs: "C28-13", b: unconditionalDecrement, claims: claimsOfA,
+		breaks: "the decrement has no available > 0 (and the table no CHECK to stop it)",
+		expect: join(expect("contention", strategy.NoOversell), expect("storm", strategy.NoOversell))},
+	{name: "ctl-lost-update", cs: "C28-13", b: lostUpdate, claims: claimsOfA, race: true,
+		breaks: "reads available, decides in the client, writes available = the value read - 1",
+		expect: expect("contention", strategy.NoOversell)},
+	{name: "ctl-expire-confirmed", cs: "C28-08", b: expireConfirmed, claims: claimsOfA,
+		breaks: "the expiry job also moves due CONFIRMED rows to EXPIRED and returns their units",
+		expect: expect("confirm-vs-expire", strategy.ReturnOnce)},
+	{name: "ctl-expire-counts-read", cs: "C28-07", b: expireCountsRead, claims: claimsOfA, race: true,
+		breaks: "the expiry job reads the due HELD ids, moves them with status = 'HELD', but returns one unit per id read",
+		expect: expect("expiry-replay", strategy.ReturnOnce)},
+	{name: "ctl-key-not-unique", cs: "C28-04", b: keyNotUnique, claims: claimsOfA, race: true,
+		breaks: "no unique index on request_key: a SELECT by key decides REPLAY before the INSERT",
+		expect: expect("duplicate-key", strategy.IdempotentKey)},
+	{name: "ctl-unique-violation-is-limit", cs: "C28-04", b: uniqueViolationIsLimit, claims: claimsOfA, race: true,
+		breaks: "every unique violation is answered USER_LIMIT, also a replay that reached the per-user index first (the seed's intermittent bug)",
+		expect: expect("duplicate-key", strategy.IdempotentKey)},
+	{name: "ctl-release-no-status", cs: "C28-07", b: releaseNoStatusCheck, claims: claimsOfA,
+		breaks: "Release moves the row without status = 'HELD' and returns a unit on every call",
+		expect: expect("release-replay", strategy.ReturnOnce)},
+	{name: "ctl-confirm-no-status", cs: "C28-08", b: confirmNoStatusCheck, claims: claimsOfA,
+		breaks: "Confirm moves the row to CONFIRMED without status = 'HELD', also after release or expiry",
+		expect: expect("release-replay", strategy.ReturnOnce)},
+	{name: "ctl-release-keeps-unit", cs: "new", b: releaseKeepsUnit, claims: claimsOfA,
+		breaks: "Release moves the row to RELEASED but never gives the unit back",
+		expect: expect("release-replay", strategy.Conserves)},
+	{name: "ctl-sold-out-when-locked", cs: "C28-14", b: soldOutWhenLocked, claims: claimsOfA,
+		breaks: "takes the stock row with FOR UPDATE NOWAIT and answers SOLD_OUT when it is locked",
+		expect: expect("phantom", strategy.NoPhantomSoldOut)},
+	{name: "ctl-claims-no-wait", cs: "C28-14", b: correct, claims: claimsOfA&^strategy.NoPhantomSoldOut | strategy.NoWait,
+		breaks: "strategy A unchanged, but claiming no-wait: its decrement holds the stock row until commit",
+		expect: expect("phantom", strategy.NoWait)},
+	{name: "ctl-restart-from-config", cs: "C28-15", b: restartFromConfig, claims: claimsOfA,
+		breaks: "a restart sets available = total again, as a restart from config would",
+		expect: expect("restart", strategy.SurvivesRestart)},
+}
+
+// All returns every negative control.
+func All() []Control {
+	out := make([]Control, len(specs))
+	for i, s := range specs {
+		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race}
+	}
+	return out
+}
+
+// The controls run in helper processes too (the kill scenarios), which find
+// strategies by name.
+func init() {
+	for _, c := range All() {
+		strategytest.RegisterForHelpers(c.Meta)
+	}
+}

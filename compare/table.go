@@ -1,0 +1,235 @@
+package compare
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/compare/internal/controls"
+	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
+)
+
+// TableOptions configure Table.
+type TableOptions struct {
+	// Strategies to run; nil means strategy.Registered(). A module of its
+	// own passes its strategies here next to the registered ones.
+	Strategies []strategy.Meta
+	// Controls runs the negative controls too; the test fails when one of
+	// them is not caught with the claim and scenario it must be caught by.
+	Controls bool
+	// Markdown and JSON receive the deterministic table (committed), LastRun
+	// what varies between runs (ranges, timings, histories). Empty: not
+	// written. Under -short, and when the server is one the harness does not
+	// own (pgtest.EnvDSN), Markdown and JSON are written next to LastRun with
+	// a ".short" or ".partial" suffix instead, so a committed table is never
+	// overwritten by a smaller or partial one.
+	Markdown, JSON, LastRun string
+	// Parallel is how many strategies run at once (0 means 2).
+	Parallel int
+}
+
+// Table runs table 28-1 as a test, on a real PostgreSQL that pgtest provides:
+// every scenario against every strategy, each strategy on a database of its
+// own, the server-crashing scenarios on a cluster of their own. It writes
+// the table, then fails t for every violation of a claimed guarantee, every
+// scenario that could not be run (ERROR), and every negative control that
+// was not caught. One strategy's failure never hides another's row: the
+// table is written first, for everyone. The test binary's TestMain must call
+// pgtest.Main (or strategytest.Main).
+func Table(t *testing.T, opts TableOptions) *Report {
+	t.Helper()
+	strategies := opts.Strategies
+	if strategies == nil {
+		strategies = strategy.Registered()
+	}
+	if len(strategies) == 0 {
+		t.Fatal("no strategy to run: none is registered and TableOptions.Strategies is empty")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	srv := pgtest.Shared(t)
+	newDB := databases(t, srv)
+	exclusiveDB, partial := exclusiveDatabases(t)
+	par := opts.Parallel
+	if par == 0 {
+		par = 2
+	}
+
+	start := time.Now()
+	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: par})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Controls {
+		rep.Controls = runControls(ctx, Options{Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
+	}
+	rep.Server = serverMajor(t, srv)
+	t.Logf("all strategies and controls in %v", time.Since(start).Round(time.Millisecond))
+
+	writeTable(t, rep, opts, partial)
+	for _, v := range rep.Violations() {
+		t.Error(v)
+	}
+	for _, c := range rep.Controls {
+		for i, e := range c.Expect {
+			if !c.Caught[i] {
+				t.Errorf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
+					c.Meta.Name, c.Case, e.Claim, e.Scenario, c.Breaks)
+			}
+		}
+	}
+	return rep
+}
+
+// runControls runs each negative control against the scenarios that must
+// catch it, par at a time, and judges them.
+func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
+	all := controls.All()
+	out := make([]*ControlReport, len(all))
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i, c := range all {
+		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks}
+		for _, e := range c.Expect {
+			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim})
+		}
+		out[i] = cr
+		var scenarios []*strategytest.Scenario
+		for _, name := range c.Scenarios() {
+			scenarios = append(scenarios, strategytest.MustScenario(name))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cr.StrategyReport = runStrategy(ctx, opts, c.Meta, ordered(scenarios))
+			cr.Judge()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// databases gives each strategy its own database on the shared server: a
+// pool as the application role for the strategy, a superuser pool for the
+// harness's probes.
+func databases(t *testing.T, srv *pgtest.Server) func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
+	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
+		d, err := srv.CreateDatabase(ctx, "rb_compare_"+strings.ReplaceAll(name, "-", "_"))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		db, err := pgtest.OpenPool(ctx, d.DSN, 32)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		admin, err := pgtest.OpenPool(ctx, d.AdminDSN, 4)
+		if err != nil {
+			db.Close()
+			return nil, nil, nil, err
+		}
+		done := func() {
+			db.Close()
+			admin.Close()
+			if err := srv.DropDatabase(context.Background(), d.Name); err != nil {
+				t.Errorf("%v", err)
+			}
+		}
+		return db, admin, done, nil
+	}
+}
+
+// exclusiveDatabases starts, on first use, a cluster of the harness's own
+// for the scenarios that crash or reconfigure the server; it is stopped when
+// the test ends. With pgtest.EnvDSN set those scenarios cannot run (the
+// harness does not own that server): it returns nil and partial = true.
+func exclusiveDatabases(t *testing.T) (open func(context.Context, string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error), partial bool) {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		t.Logf("%s is set: server-crash and commit-timeout need a server of their own and are reported n/a; the table is partial", pgtest.EnvDSN)
+		return nil, true
+	}
+	var mu sync.Mutex
+	var srv *pgtest.Server
+	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if srv == nil {
+			s, err := pgtest.Start(ctx, pgtest.Options{})
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			t.Cleanup(func() {
+				if err := s.Stop(); err != nil {
+					t.Errorf("stop the exclusive server: %v", err)
+				}
+			})
+			if s.Kind != pgtest.KindLocal {
+				return nil, nil, nil, nil, fmt.Errorf("the exclusive server is a %s server, not a local cluster", s.Kind)
+			}
+			srv = s
+		}
+		db, admin, done, err := databases(t, srv)(ctx, name)
+		return db, admin, srv, done, err
+	}, false
+}
+
+func serverMajor(t *testing.T, srv *pgtest.Server) string {
+	m := regexp.MustCompile(`^\d+`).FindString(srv.Version)
+	if m == "" {
+		t.Fatalf("cannot read the major version from %q", srv.Version)
+	}
+	return m
+}
+
+// writeTable writes the report where opts says. A table from -short inputs
+// or without the server-crashing scenarios goes next to LastRun instead of
+// over the committed one.
+func writeTable(t *testing.T, rep *Report, opts TableOptions, partial bool) {
+	md, js := opts.Markdown, opts.JSON
+	suffix := ""
+	switch {
+	case testing.Short():
+		suffix = ".short"
+	case partial:
+		suffix = ".partial"
+	}
+	if suffix != "" {
+		dir := t.TempDir()
+		if opts.LastRun != "" {
+			dir = filepath.Dir(opts.LastRun)
+		}
+		relocate := func(p string) string {
+			if p == "" {
+				return ""
+			}
+			ext := filepath.Ext(p)
+			return filepath.Join(dir, strings.TrimSuffix(filepath.Base(p), ext)+suffix+ext)
+		}
+		md, js = relocate(md), relocate(js)
+		t.Logf("%s run: the committed table is left alone; this run's table goes to %s", strings.TrimPrefix(suffix, "."), md)
+	}
+	for path, data := range map[string][]byte{md: rep.Markdown(), js: rep.JSON(false), opts.LastRun: rep.JSON(true)} {
+		if path == "" {
+			continue
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if testing.Short() {
+		t.Logf("table 28-1 (-short):\n%s", rep.Markdown())
+	} else {
+		t.Logf("wrote %s, %s and %s", md, js, opts.LastRun)
+	}
+}

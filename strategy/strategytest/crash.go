@@ -1,0 +1,175 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// load sends n requests from the workers, request i for SKU i modulo the
+// stock's SKUs, each with its own deadline when timeout > 0. It counts
+// acknowledged reservations in acked, and stops taking new requests once
+// stop is closed.
+func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Duration, stop <-chan struct{}, acked *atomic.Int64, onError func()) {
+	queue := make(chan int, n)
+	for i := 0; i < n; i++ {
+		queue <- i
+	}
+	close(queue)
+	var wg sync.WaitGroup
+	for w := 0; w < t.in.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range queue {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rctx, cancel := ctx, context.CancelFunc(func() {})
+				if timeout > 0 {
+					rctx, cancel = context.WithTimeout(ctx, timeout)
+				}
+				sku := t.sku(t.in.Stock[i%len(t.in.Stock)].SKU)
+				op := t.reserve(rctx, fmt.Sprintf("w%d", w), i, strategy.Request{
+					Key: t.key(fmt.Sprintf("%s-%04d", prefix, i)), User: t.user(fmt.Sprintf("user-%s-%04d", prefix, i)), SKU: sku, TTL: strategy.TTLForever})
+				cancel()
+				if op.Type == OpOK && acked != nil {
+					acked.Add(1)
+				}
+				if op.Type == OpInfo && onError != nil {
+					onError()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// countTypes counts the reserve operations by type.
+func (t *trial) countTypes() (ok, fail, info int) {
+	for _, op := range t.hist.Ops() {
+		if op.Kind != "reserve" {
+			continue
+		}
+		switch op.Type {
+		case OpOK:
+			ok++
+		case OpFail:
+			fail++
+		case OpInfo:
+			info++
+		}
+	}
+	return ok, fail, info
+}
+
+// resetPools drops every connection of the harness's pools: after a server
+// restart they are all dead.
+func (t *trial) resetPools() {
+	t.env.DB.Reset()
+	if t.env.Admin != t.env.DB {
+		t.env.Admin.Reset()
+	}
+}
+
+// runServerCrash stops the server with pg_ctl stop -m immediate while
+// reservations run, starts it again on the same data, and checks the history
+// against what survived: acknowledged reservations are there, refused ones
+// are not, unknown ones are resolved, the audit balances, and the strategy
+// serves again.
+func runServerCrash(ctx context.Context, t *trial) error {
+	in := t.in
+	crashAfter := in.CrashAfter[(t.n-1)%len(in.CrashAfter)]
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		// The first error means the server is going: the workers finish
+		// what is in flight and send nothing more.
+		t.load(ctx, in.Requests, "load", 0, stop, &acked, halt)
+	}()
+	// Crash once crashAfter reservations are acknowledged (counted, not timed).
+	tick := time.NewTicker(time.Millisecond)
+	for acked.Load() < int64(crashAfter) {
+		select {
+		case <-loadDone:
+			tick.Stop()
+			return fmt.Errorf("the load finished before %d acknowledgements", crashAfter)
+		case <-tick.C:
+		}
+	}
+	tick.Stop()
+	if err := t.env.Server.Crash(ctx); err != nil {
+		halt()
+		<-loadDone
+		return fmt.Errorf("crash: %w", err)
+	}
+	halt()
+	<-loadDone
+	if err := t.env.Server.Restart(ctx); err != nil {
+		return fmt.Errorf("restart after crash: %w", err)
+	}
+	t.resetPools()
+	ok, fail, info := t.countTypes()
+	t.fact(fmt.Sprintf("crash after %d acknowledged", crashAfter), "the server was stopped with pg_ctl stop -m immediate and started again")
+	t.vary("acknowledged before the crash", ok)
+	t.vary("refused before the crash", fail)
+	t.vary("outcome unknown at the crash", info)
+
+	// What the crash left: acknowledged reservations must all be there, and
+	// the audit right after the restart shows what in-memory counters made
+	// of the requests in flight (memquota holds their units in doubt).
+	var ackedKeys []string
+	for _, op := range t.hist.Ops() {
+		if op.Kind == "reserve" && op.Type == OpOK {
+			ackedKeys = append(ackedKeys, op.Req.Key)
+		}
+	}
+	present, err := t.lookupAll(ctx, ackedKeys)
+	if err != nil {
+		return err
+	}
+	missing := 0
+	for _, d := range present {
+		if d.Status == strategy.StatusNotFound {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.fact("acknowledged before the crash, present after recovery", "all")
+	} else {
+		t.fact("acknowledged before the crash, present after recovery", "%d missing", missing)
+	}
+	early, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	t.vary("drift right after the restart, before any request", early[t.sku(in.Stock[0].SKU)].Drift())
+
+	// The strategy serves again once the server is back.
+	sku := t.sku(in.Stock[0].SKU)
+	served := 0
+	for i := 0; i < 3; i++ {
+		op := t.reserve(ctx, "after", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%d", i)), User: t.user(fmt.Sprintf("user-after-%d", i)), SKU: sku, TTL: strategy.TTLForever})
+		if op.Type == OpOK {
+			served++
+		}
+	}
+	t.fact("served after restart", "%d of 3", served)
+	late, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	t.fact("drift once it serves again", "%d", late[sku].Drift())
+	t.check(Base, "the strategy serves requests again after the server restarts", served == 3, fmt.Sprintf("%d of 3 requests acknowledged", served))
+	return nil
+}
