@@ -20,7 +20,7 @@ func TestAttach(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			dep, sku := deploy(t, db, m.mode, 2, 10)
 			require.Equal(t, map[string]int{"HELD": 3}, outcomes(sendAll(ctx, dep, distinct("a", sku, 0, 3))))
-			second, err := memquota.Open(ctx, strategy.Config{DB: db, Nodes: 2, Attach: true, Stock: []strategy.Stock{{SKU: sku, Total: 10}}}, memquota.Options{Restart: m.mode})
+			second, err := memquota.New(memquota.Options{Restart: m.mode}).Attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 10}}})
 			require.NoError(t, err)
 			defer second.Close()
 			a := audit(t, second)
@@ -34,9 +34,9 @@ func TestAttach(t *testing.T) {
 		})
 	}
 	for name, cfg := range map[string]strategy.Config{
-		"unknown sku":      {DB: db, Attach: true, Stock: []strategy.Stock{{SKU: newSKU("never-loaded"), Total: 1}}},
-		"other total":      {DB: db, Attach: true, Nodes: 2},
-		"other node count": {DB: db, Attach: true, Nodes: 3},
+		"unknown sku":      {DB: db, Stock: []strategy.Stock{{SKU: newSKU("never-loaded"), Total: 1}}},
+		"other total":      {DB: db, Nodes: 2},
+		"other node count": {DB: db, Nodes: 3},
 	} {
 		if cfg.Stock == nil {
 			_, sku := deploy(t, db, memquota.FromLog, 2, 4)
@@ -45,7 +45,7 @@ func TestAttach(t *testing.T) {
 				cfg.Stock[0].Total = 5
 			}
 		}
-		_, err := memquota.Open(ctx, cfg, memquota.Options{})
+		_, err := memquota.Meta().Attach(ctx, cfg)
 		require.ErrorIs(t, err, strategy.ErrConfig, name)
 	}
 }
@@ -63,16 +63,16 @@ func TestSessionExpireDue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 
-	s := open(t, ctx, dep, 1)
-	units, err := s.(strategy.SessionExpirer).ExpireDue(ctx)
+	s := openExpiry(t, ctx, dep, 1)
+	units, err := s.ExpireDue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, units)
 	require.Equal(t, 6, audit(t, dep).Available, "nothing back before the commit")
 	require.NoError(t, s.Rollback(ctx))
 	require.Equal(t, 6, audit(t, dep).Available, "nothing back after a rollback")
 
-	s = open(t, ctx, dep, 1)
-	units, err = s.(strategy.SessionExpirer).ExpireDue(ctx)
+	s = openExpiry(t, ctx, dep, 1)
+	units, err = s.ExpireDue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, units, "the rows stayed HELD")
 	require.NoError(t, s.Commit(ctx))

@@ -7,8 +7,6 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-var _ strategy.ReserveCrasher = (*Deployment)(nil)
-
 // CrashMidReserve implements strategy.ReserveCrasher: a reservation on node
 // i takes its unit from the counter and dies before its sales-log row is
 // written, as a request killed between the two would. The unit is in no row
@@ -16,19 +14,20 @@ var _ strategy.ReserveCrasher = (*Deployment)(nil)
 // restarts, when FromLog counts it back and FromConfig restores the whole
 // configured share (TestCrashBetweenDecrementAndLog, and the node-death
 // scenario of table 28-1).
-func (d *Deployment) CrashMidReserve(ctx context.Context, i int, req strategy.Request) error {
+func (d *Deployment) CrashMidReserve(_ context.Context, i int, req strategy.Request) error {
+	strategy.CheckNode(i, len(d.nodes))
 	d.life.RLock()
 	defer d.life.RUnlock()
 	n := d.nodes[i].Load()
 	if n.dead.Load() {
-		return ErrNodeClosed
+		return strategy.ErrNodeClosed
 	}
 	if err := n.check(req); err != nil {
 		return err
 	}
-	_, err := n.reserve(ctx, &pass{q: d.db, dieAfterDecrement: true}, req)
-	if err == nil {
-		return fmt.Errorf("memquota: node %d: the reserve did not reach its crash point (no unit left?)", i)
+	// Step 1 of node.reserve, and the request dies before logSale.
+	if !n.counters[req.SKU].take() {
+		return fmt.Errorf("memquota: node %d: the reserve did not reach its crash point (no unit left)", i)
 	}
-	return err
+	return errCrashed
 }

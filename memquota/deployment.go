@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 //go:embed schema.sql
@@ -23,10 +23,9 @@ var schemaSQL string
 // one fails on the catalog's unique index.
 const schemaLockKey = 0x6d656d71756f7461 // "memquota"
 
-// ErrNodeClosed is returned by a node, or a session of a node, that was
-// restarted or whose deployment was closed: the process it stands for is
-// gone. Ask the Deployment for the node again.
-var ErrNodeClosed = errors.New("memquota: node closed (restarted or deployment closed)")
+// schemaLastObject is the last object of schema.sql: when it exists, Open
+// runs no DDL (pgstrategy.CreateSchema).
+const schemaLastObject = "memquota_sale_due"
 
 // Deployment is strategy C over one database: its nodes, each with its own
 // in-memory counters, and the durable sales log they share. All nodes live in
@@ -49,19 +48,14 @@ type Deployment struct {
 	// settleMu lets one goroutine at a time settle the units in doubt.
 	settleMu sync.Mutex
 
-	// crashAfterDecrement is the fault-injection point of the tests
-	// (export_test.go): when it returns true for a request, the reserve
-	// "dies" after the in-memory decrement and before the sales-log insert,
-	// as a request killed between the two would.
-	crashAfterDecrement atomic.Pointer[func(strategy.Request) bool]
-	// crashBeforeGiveBack is the second one: a transition (release, expiry)
-	// "dies" after its statement committed and before it gave the units back.
-	crashBeforeGiveBack atomic.Bool
+	closed atomic.Bool // Close was called: no restart any more
 }
 
 var (
-	_ strategy.Deployment = (*Deployment)(nil)
-	_ strategy.Ager       = (*Deployment)(nil)
+	_ strategy.Deployment     = (*Deployment)(nil)
+	_ strategy.Restarter      = (*Deployment)(nil)
+	_ strategy.Ager           = (*Deployment)(nil)
+	_ strategy.ReserveCrasher = (*Deployment)(nil)
 )
 
 // Open deploys strategy C over cfg.DB: it validates cfg, creates the schema
@@ -69,32 +63,55 @@ var (
 // and starts the nodes with their shares. A SKU that already has stock fails
 // the whole Open with an error matching strategy.ErrStockExists, and nothing
 // is written.
-//
-// With cfg.Attach it writes nothing: the stock must be there already, with
-// the same totals and number of nodes (else an error matching
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := check(cfg, opts); err != nil {
+		return nil, err
+	}
+	if err := writeStock(ctx, cfg.DB, cfg.Stock, cfg.NodeCount()); err != nil {
+		return nil, err
+	}
+	return start(ctx, cfg, opts)
+}
+
+// attach is Meta.Attach. It writes nothing: the stock must be there
+// already, with the same totals and number of nodes (else an error matching
 // strategy.ErrConfig), and the nodes start as a restart would start them.
 // They are a second process holding the same shares: from config, the
 // whole shares again (an oversell waiting to happen, as in a restart).
-func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := check(cfg, opts); err != nil {
 		return nil, err
 	}
+	if err := pgstrategy.CheckStock(ctx, cfg.DB, stockTotalsSQL, cfg.Stock); err != nil {
+		return nil, fmt.Errorf("memquota: %w", err)
+	}
+	var sku string
+	var nodes int
+	err := cfg.DB.QueryRow(ctx, otherNodesSQL, cfg.SKUs(), cfg.NodeCount()).Scan(&sku, &nodes)
+	switch {
+	case err == nil:
+		return nil, fmt.Errorf("memquota: attach: %w: sku %q is split over %d nodes, the config says %d",
+			strategy.ErrConfig, sku, nodes, cfg.NodeCount())
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("memquota: attach: %w", err)
+	}
+	return start(ctx, cfg, opts)
+}
+
+func check(cfg strategy.Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	if opts.Restart != FromConfig && opts.Restart != FromLog {
-		return nil, fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, opts.Restart)
+		return fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, opts.Restart)
 	}
+	return nil
+}
+
+// start builds the deployment over stock in the database and starts its
+// nodes (Deployment.start).
+func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	n := cfg.NodeCount()
-	if cfg.Attach {
-		if err := checkStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := ensureSchema(ctx, cfg.DB); err != nil {
-			return nil, err
-		}
-		if err := writeStock(ctx, cfg.DB, cfg.Stock, n); err != nil {
-			return nil, err
-		}
-	}
 	d := &Deployment{
 		db:    cfg.DB,
 		opts:  opts,
@@ -115,61 +132,13 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	return d, nil
 }
 
-func ensureSchema(ctx context.Context, db *pgxpool.Pool) error {
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, schemaSQL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("memquota: create schema: %w", err)
-	}
-	return nil
-}
-
-const checkStockSQL = `SELECT sku, total, nodes FROM memquota_stock WHERE sku = ANY($1)`
-
-// checkStock verifies, for Attach, that every SKU has the stock and nodes the
-// config says.
-func checkStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, nodes int) error {
-	skus := make([]string, len(stock))
-	for i, s := range stock {
-		skus[i] = s.SKU
-	}
-	rows, err := db.Query(ctx, checkStockSQL, skus)
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: nothing was ever loaded
-			return fmt.Errorf("memquota: %w: attach: no stock for %q", strategy.ErrConfig, skus)
-		}
-		return fmt.Errorf("memquota: attach: %w", err)
-	}
-	type row struct {
-		SKU          string
-		Total, Nodes int32
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	if err != nil {
-		return fmt.Errorf("memquota: attach: %w", err)
-	}
-	have := make(map[string]row, len(found))
-	for _, r := range found {
-		have[r.SKU] = r
-	}
-	for _, s := range stock {
-		r, ok := have[s.SKU]
-		switch {
-		case !ok:
-			return fmt.Errorf("memquota: %w: attach: no stock for sku %q", strategy.ErrConfig, s.SKU)
-		case int(r.Total) != s.Total || int(r.Nodes) != nodes:
-			return fmt.Errorf("memquota: %w: attach: sku %q has %d units over %d nodes, the config says %d over %d",
-				strategy.ErrConfig, s.SKU, r.Total, r.Nodes, s.Total, nodes)
-		}
-	}
-	return nil
-}
+const (
+	// stockTotalsSQL reads the totals an attaching deployment expects to find.
+	stockTotalsSQL = `SELECT sku, total FROM memquota_stock WHERE sku = ANY($1)`
+	// otherNodesSQL finds a SKU whose stock is split over another number of
+	// nodes than $2.
+	otherNodesSQL = `SELECT sku, nodes FROM memquota_stock WHERE sku = ANY($1) AND nodes <> $2 LIMIT 1`
+)
 
 // writeStock inserts the stock rows and the shares in one transaction. A SKU
 // that exists already rolls everything back.
@@ -188,6 +157,9 @@ func writeStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, n
 	}
 	var existing []string
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, insertStockSQL, skus, totals, nodes)
 		if err != nil {
 			return err
@@ -273,25 +245,30 @@ func (d *Deployment) start(ctx context.Context, i int) (*node, error) {
 	return nd, nil
 }
 
-// Node returns node i, or nil when i is out of range.
+// Node returns node i; out of range it panics (strategy.CheckNode).
 func (d *Deployment) Node(i int) strategy.Strategy {
-	if i < 0 || i >= len(d.nodes) {
-		return nil
-	}
+	strategy.CheckNode(i, len(d.nodes))
 	return d.nodes[i].Load()
 }
 
 // Restart drops node i's in-memory counters and starts it again, as a
 // process restart would, from what Options.Restart prescribes. It waits for
 // the requests in flight (a request waits only for an attempt held open with
-// its key or user), and the node's attempts held open die with it: their Commit rolls back and returns ErrNodeClosed, so no attempt
-// of the old process commits after the new one has counted the log.
+// its key or user), and the old node answers strategy.ErrNodeClosed from
+// then on. Its attempts held open die with it: their Commit rolls back and
+// returns strategy.ErrNodeClosed, so no attempt of the old process commits
+// after the new one has counted the log. The node table is memquota's own,
+// not pgstrategy.Handles: a restart here recounts memory from the log under
+// the life lock, which a stateless node table has no place for.
 func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if i < 0 || i >= len(d.nodes) {
-		return fmt.Errorf("memquota: restart: no node %d", i)
+		return fmt.Errorf("memquota: restart: %w: node %d of %d", strategy.ErrNodeRange, i, len(d.nodes))
 	}
 	d.life.Lock()
 	defer d.life.Unlock()
+	if d.closed.Load() {
+		return fmt.Errorf("memquota: restart node %d: %w", i, strategy.ErrNodeClosed)
+	}
 	nd, err := d.start(ctx, i)
 	if err != nil {
 		return err
@@ -303,6 +280,7 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 
 // Close marks every node closed. It drops no data and does not close the pool.
 func (d *Deployment) Close() error {
+	d.closed.Store(true)
 	for i := range d.nodes {
 		d.nodes[i].Load().dead.Store(true)
 	}

@@ -1,29 +1,28 @@
 package memquota
 
-import "github.com/reservebench/reservebench/strategy"
+import (
+	"context"
 
-// ErrCrashed is what a reserve or a transition returns when a hook below
-// made it die.
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// ErrCrashed is what a reserve (Deployment.CrashMidReserve) or a transition
+// made to die below returns.
 var ErrCrashed = errCrashed
 
-// SetCrashAfterDecrement installs a fault-injection hook on a deployment
-// opened by this package: every reserve for which die returns true stops
-// after the in-memory decrement, before the sales-log insert, and returns
-// ErrCrashed, as a request killed between the two would. nil removes it.
-func SetCrashAfterDecrement(dep strategy.Deployment, die func(strategy.Request) bool) {
-	d := dep.(*Deployment)
-	if die == nil {
-		d.crashAfterDecrement.Store(nil)
-		return
-	}
-	d.crashAfterDecrement.Store(&die)
+// ExpireDueDying runs node i's ExpireDue and dies after its statement
+// committed and before the units reach memory, returning ErrCrashed.
+func ExpireDueDying(ctx context.Context, dep *Deployment, i int) error {
+	n := dep.nodes[i].Load()
+	_, err := n.transition(ctx, false, expireSQL, dep.skus)
+	return err
 }
 
-// SetCrashBeforeGiveBack makes every transition that gives units back
-// (Release, ExpireDue) stop after its statement committed and before the
-// units reach memory, returning ErrCrashed.
-func SetCrashBeforeGiveBack(dep strategy.Deployment, die bool) {
-	dep.(*Deployment).crashBeforeGiveBack.Store(die)
+// ReleaseDying is ExpireDueDying for node i's Release of key.
+func ReleaseDying(ctx context.Context, dep *Deployment, i int, key string) error {
+	n := dep.nodes[i].Load()
+	_, err := n.transition(ctx, false, releaseSQL, key, dep.skus)
+	return err
 }
 
 // InDoubt counts the units in doubt over the deployment's nodes.

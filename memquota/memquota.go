@@ -6,6 +6,15 @@
 //	memquota          restart from config: the node's counter is its configured share again
 //	memquota-recover  restart from the log: the configured share minus the node's active sales
 //
+// The constructors are those of every strategy package: Meta is the
+// registered "memquota", New(Options{Restart: FromLog}) the recover variant,
+// and Open returns the concrete *Deployment (strategy.Deployment, Restarter,
+// Ager and ReserveCrasher, with Settle and the pgbench script of package
+// bench). Meta.Attach opens a second process over stock already loaded and
+// starts its counters as a restart would. A node that was restarted or
+// closed answers strategy.ErrNodeClosed; a session used after its end,
+// strategy.ErrSessionEnded.
+//
 // # Where the guarantee comes from
 //
 // The shares of a SKU sum to its stock (strategy.ShareOf, written once to
@@ -98,14 +107,22 @@
 // All nodes of a Deployment live in one process, so a transition on any node
 // gives the unit straight back to its owner's counter; nodes in separate
 // processes would have to send it there.
+//
+// The crashes above are shown without fault hooks in the request path:
+// Deployment.CrashMidReserve (strategy.ReserveCrasher) runs the decrement
+// alone, and the tests make a transition die through export_test.go.
 package memquota
 
 import (
-	"context"
 	"errors"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
+
+// Name is the name strategy C registers under with FromConfig; the FromLog
+// registration appends "-recover" (New).
+const Name = "memquota"
 
 // RestartMode says what a node's counters start from when it (re)starts.
 type RestartMode int
@@ -122,13 +139,14 @@ const (
 // Options configure strategy C.
 type Options struct {
 	// Restart is what a node's counters start from after Deployment.Restart,
-	// and in a deployment opened with Config.Attach.
+	// and in a deployment opened with Meta.Attach.
 	Restart RestartMode
 }
 
-// errCrashed is what a reserve or a transition returns when a fault-injection
-// hook made it "die" between memory and the database. To the caller it is an
-// unknown outcome, like any error.
+// errCrashed is what a reserve returns when Deployment.CrashMidReserve made
+// it "die" between memory and the database (and, in this package's tests, a
+// transition made to die the same way: export_test.go). To the caller it is
+// an unknown outcome, like any error.
 var errCrashed = errors.New("memquota: died between the database and memory (fault injection)")
 
 const (
@@ -147,33 +165,31 @@ const (
 	LogClaims = baseClaims | strategy.SurvivesRestart
 )
 
+// Meta is the registered strategy "memquota": FromConfig.
+func Meta() strategy.Meta { return New(Options{}) }
+
 // New returns the strategy.Meta of strategy C with these options: named
-// "memquota" for FromConfig and "memquota-recover" for FromLog, as
-// registered by this package.
+// Name ("memquota") for FromConfig and "memquota-recover" for FromLog; the
+// package registers both.
 func New(opts Options) strategy.Meta {
 	m := strategy.Meta{
-		Name:        "memquota",
+		Name:        Name,
 		Description: "per-node share counted in memory, decremented first, then a sales-log row; restart from config",
 		Correctness: "node shares sum to the stock and the in-memory counters are never lost",
 		Claims:      ConfigClaims,
 	}
 	if opts.Restart == FromLog {
-		m.Name = "memquota-recover"
+		m.Name = Name + "-recover"
 		m.Description = "per-node share counted in memory, decremented first, then a sales-log row; restart from the log"
 		m.Correctness = "node shares sum to the stock and a restarted node's counter is recomputed from the sales log on start"
 		m.Claims = LogClaims
 	}
-	m.Open = func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
-		d, err := Open(ctx, cfg, opts)
-		if err != nil {
-			return nil, err
-		}
-		return d, nil
-	}
+	m.Open = pgstrategy.Bind(Open, opts)
+	m.Attach = pgstrategy.Bind(attach, opts)
 	return m
 }
 
 func init() {
-	strategy.Register(New(Options{Restart: FromConfig}))
+	strategy.Register(Meta())
 	strategy.Register(New(Options{Restart: FromLog}))
 }

@@ -102,11 +102,10 @@ func TestCrashBetweenDecrementAndLog(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			dep, sku := deploy(t, db, m.mode, 2, 20) // 10 units per node
-			memquota.SetCrashAfterDecrement(dep, func(r strategy.Request) bool { return strings.HasPrefix(r.Key, "die-") })
 
 			dying := distinct("die", sku, 0, 3)
-			for _, a := range sendAll(ctx, dep, dying) {
-				require.ErrorIs(t, a.err, memquota.ErrCrashed)
+			for _, c := range dying {
+				require.ErrorIs(t, dep.CrashMidReserve(ctx, c.node, c.req), memquota.ErrCrashed)
 			}
 			for _, c := range dying {
 				r, err := dep.Node(0).Lookup(ctx, c.req.Key)
@@ -125,7 +124,6 @@ func TestCrashBetweenDecrementAndLog(t *testing.T) {
 			require.Equal(t, 3, a.Drift())
 			t.Logf("before the restart: node 0 %+v, drift %d (units lost)", a.Nodes[0], a.Drift())
 
-			memquota.SetCrashAfterDecrement(dep, nil)
 			require.NoError(t, dep.Restart(ctx, 0))
 			a = audit(t, dep)
 			t.Logf("after a %s restart: node 0 %+v, drift %d", m.name, a.Nodes[0], a.Drift())
@@ -164,12 +162,8 @@ func TestCrashBeforeGiveBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 
-	memquota.SetCrashBeforeGiveBack(dep, true)
-	_, err = dep.Node(0).(strategy.Expirer).ExpireDue(ctx)
-	require.ErrorIs(t, err, memquota.ErrCrashed)
-	_, err = dep.Node(1).(strategy.Releaser).Release(ctx, keys[2])
-	require.ErrorIs(t, err, memquota.ErrCrashed)
-	memquota.SetCrashBeforeGiveBack(dep, false)
+	require.ErrorIs(t, memquota.ExpireDueDying(ctx, dep, 0), memquota.ErrCrashed)
+	require.ErrorIs(t, memquota.ReleaseDying(ctx, dep, 1, keys[2]), memquota.ErrCrashed)
 
 	units, err := dep.Node(1).(strategy.Expirer).ExpireDue(ctx)
 	require.NoError(t, err)
@@ -508,6 +502,6 @@ func TestOpen(t *testing.T) {
 	require.Equal(t, 1, audit(t, b).Active)
 	require.Equal(t, 10, audit(t, a).Available)
 	require.Equal(t, 3, audit(t, a).Nodes[2].Available, "the unit went back to node 2, which sold it")
-	require.Nil(t, a.Node(3))
-	require.Error(t, a.Restart(ctx, 3))
+	require.PanicsWithError(t, fmt.Sprintf("%v: node 3 of a deployment with 3 nodes", strategy.ErrNodeRange), func() { a.Node(3) })
+	require.ErrorIs(t, a.Restart(ctx, 3), strategy.ErrNodeRange)
 }

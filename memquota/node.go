@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // counter is one node's in-memory count of the units of one SKU it may still
@@ -78,17 +79,18 @@ type flight struct {
 }
 
 var (
-	_ strategy.Strategy      = (*node)(nil)
-	_ strategy.Confirmer     = (*node)(nil)
-	_ strategy.Releaser      = (*node)(nil)
-	_ strategy.Expirer       = (*node)(nil)
-	_ strategy.SessionOpener = (*node)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
 )
 
-// querier is what the reserve path needs: the pool for a plain request, the
-// session's transaction for an attempt held open.
+// querier is what the reserve path needs: a connection of the pool for a
+// plain request, the session's transaction for an attempt held open.
 type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	pgstrategy.Querier
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -158,7 +160,7 @@ func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
 	if n.dead.Load() {
-		return strategy.Result{}, ErrNodeClosed
+		return strategy.Result{}, strategy.ErrNodeClosed
 	}
 	n.d.settleSome(ctx)
 	conn, err := n.d.db.Acquire(ctx)
@@ -182,10 +184,6 @@ type pass struct {
 
 	attempt int64 // set by reserve: the attempt column of the row it inserts
 	inDoubt bool  // set by reserve: the insert failed and may have committed
-
-	// dieAfterDecrement makes this pass stop between the decrement and the
-	// insert (Deployment.CrashMidReserve).
-	dieAfterDecrement bool
 }
 
 // insertSQL writes the sales-log row. ON CONFLICT DO NOTHING without a
@@ -222,15 +220,19 @@ RETURNING expires_at`
 //     after the statement was sent) keeps it in doubt until Settle learns
 //     from the log whether the row committed: a unit counted twice would be
 //     sold twice.
+//
+// Steps 2 and 3 are logSale; Deployment.CrashMidReserve runs step 1 alone.
 func (n *node) reserve(ctx context.Context, a *pass, req strategy.Request) (strategy.Result, error) {
-	q, held := a.q, a.held
 	c := n.counters[req.SKU]
 	if !c.take() {
-		return n.soldOut(ctx, q, req, held)
+		return n.soldOut(ctx, a.q, req, a.held)
 	}
-	if hook := n.d.crashAfterDecrement.Load(); a.dieAfterDecrement || hook != nil && (*hook)(req) {
-		return strategy.Result{}, errCrashed
-	}
+	return n.logSale(ctx, a, c, req)
+}
+
+// logSale writes the sales-log row for the unit just taken from c.
+func (n *node) logSale(ctx context.Context, a *pass, c *counter, req strategy.Request) (strategy.Result, error) {
+	q, held := a.q, a.held
 	a.attempt = rand.Int64()
 	var expires time.Time
 	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.attempt).Scan(&expires)
@@ -259,14 +261,10 @@ func (n *node) reserve(ctx context.Context, a *pass, req strategy.Request) (stra
 // answer: REPLAY when it has the same user and sku, KEY_REUSED when others,
 // and otherwise the given outcome when there is none.
 func answer(req strategy.Request, r strategy.Reservation, otherwise strategy.Outcome) strategy.Result {
-	switch {
-	case r.Status == strategy.StatusNotFound:
+	if r.Status == strategy.StatusNotFound {
 		return strategy.Result{Outcome: otherwise}
-	case r.User == req.User && r.SKU == req.SKU:
-		return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}
-	default:
-		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: r}
 	}
+	return pgstrategy.KnownKey(req, r)
 }
 
 // soldOut answers a request that found no unit: from the log, so that a
@@ -357,22 +355,22 @@ func keyLock(key string) int64 {
 
 const lookupSQL = `SELECT user_id, sku, status, expires_at FROM memquota_sale WHERE request_key = $1`
 
-func lookup(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
-	r := strategy.Reservation{Key: key}
-	var status string
-	err := q.QueryRow(ctx, lookupSQL, key).Scan(&r.User, &r.SKU, &status, &r.ExpiresAt)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
-	case err != nil:
+func lookup(ctx context.Context, q pgstrategy.Querier, key string) (strategy.Reservation, error) {
+	r, _, err := pgstrategy.ScanReservation(q.QueryRow(ctx, lookupSQL, key), key)
+	if err != nil {
 		return strategy.Reservation{}, fmt.Errorf("lookup %q: %w", key, err)
 	}
-	r.Status = strategy.Status(status)
 	return r, nil
 }
 
 // Lookup returns the reservation with this key from the sales log.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	if n.dead.Load() {
+		return strategy.Reservation{}, strategy.ErrNodeClosed
+	}
+	if !strategy.Storable(key) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
 	r, err := lookup(ctx, n.d.db, key)
 	if err != nil {
 		return r, fmt.Errorf("memquota: %w", err)
@@ -401,7 +399,10 @@ RETURNING node, sku`
 // stays sold, so no counter changes.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
 	if n.dead.Load() {
-		return false, ErrNodeClosed
+		return false, strategy.ErrNodeClosed
+	}
+	if !strategy.Storable(key) {
+		return false, nil
 	}
 	stmt := confirmBeforeExpirySQL
 	if mode == strategy.ConfirmUntilExpired {
@@ -417,7 +418,10 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 // Release moves a HELD reservation to RELEASED and gives its unit back to
 // the node that sold it.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	units, err := n.transition(ctx, releaseSQL, key, n.d.skus)
+	if !strategy.Storable(key) {
+		return 0, nil
+	}
+	units, err := n.transition(ctx, true, releaseSQL, key, n.d.skus)
 	if err != nil {
 		return units, fmt.Errorf("memquota: release %q: %w", key, err)
 	}
@@ -428,7 +432,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 // one statement and gives a unit back to the owning node for each row that
 // statement moved, as its RETURNING clause lists them.
 func (n *node) ExpireDue(ctx context.Context) (int, error) {
-	units, err := n.transition(ctx, expireSQL, n.d.skus)
+	units, err := n.transition(ctx, true, expireSQL, n.d.skus)
 	if err != nil {
 		return units, fmt.Errorf("memquota: expire: %w", err)
 	}
@@ -443,9 +447,7 @@ type owned struct {
 }
 
 // moveRows runs a transition statement and returns the rows it moved.
-func moveRows(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, stmt string, args ...any) ([]owned, error) {
+func moveRows(ctx context.Context, q pgstrategy.Querier, stmt string, args ...any) ([]owned, error) {
 	rows, err := q.Query(ctx, stmt, args...)
 	if err != nil {
 		return nil, err
@@ -456,12 +458,14 @@ func moveRows(ctx context.Context, q interface {
 // transition runs a statement that moves rows out of HELD and returns their
 // (node, sku), and gives one unit back per returned row. Between the commit
 // and the give-back the unit is in neither place: a process dying there loses
-// it (undersell) until a FromLog restart counts the log again.
-func (n *node) transition(ctx context.Context, stmt string, args ...any) (int, error) {
+// it (undersell) until a FromLog restart counts the log again. giveBack is
+// always true but in this package's tests, which make a transition die at
+// that point (export_test.go).
+func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args ...any) (int, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
 	if n.dead.Load() {
-		return 0, ErrNodeClosed
+		return 0, strategy.ErrNodeClosed
 	}
 	moved, err := moveRows(ctx, n.d.db, stmt, args...)
 	if err != nil {
@@ -469,7 +473,7 @@ func (n *node) transition(ctx context.Context, stmt string, args ...any) (int, e
 		// (lost, not doubled) and the caller learns nothing was counted.
 		return 0, err
 	}
-	if n.d.crashBeforeGiveBack.Load() {
+	if !giveBack {
 		return 0, errCrashed
 	}
 	for _, m := range moved {

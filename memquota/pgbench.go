@@ -1,10 +1,8 @@
 package memquota
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // PgbenchScript returns a pgbench custom script with the database part of
@@ -28,20 +26,10 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 	if !d.known[sku] {
 		return "", strategy.UnknownSKU(sku)
 	}
-	var b strings.Builder
-	b.WriteString("\\set node 0\n")
-	b.WriteString("\\set lock hash_fnv1a(:key)\n")
-	b.WriteString("\\set attempt random(1, 1000000000000000)\n")
-	b.WriteString(strings.TrimSpace(pgbenchSQL(insertSQL, "key", "user", "sku", "node", "ttl_us", "lock", "attempt")) + ";\n")
-	return b.String(), nil
-}
-
-// pgbenchSQL writes a statement's $1, $2, ... as the pgbench variables
-// :vars[0], :vars[1], ...; nothing else in the statement changes.
-func pgbenchSQL(sql string, vars ...string) string {
-	pairs := make([]string, 0, 2*len(vars))
-	for i := len(vars); i >= 1; i-- { // $12 before $1
-		pairs = append(pairs, fmt.Sprintf("$%d", i), ":"+vars[i-1])
-	}
-	return strings.NewReplacer(pairs...).Replace(sql)
+	return pgstrategy.PgbenchScript(
+		`\set node 0`,
+		`\set lock hash_fnv1a(:key)`,
+		`\set attempt random(1, 1000000000000000)`,
+		pgstrategy.PgbenchSQL(insertSQL, "key", "user", "sku", "node", "ttl_us", "lock", "attempt"),
+	), nil
 }

@@ -4,21 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-var errSessionEnded = errors.New("memquota: session already ended")
-
-// session is an attempt held open on one node: a dedicated connection with
-// an open transaction. Its Reserve takes the unit from the node's counter at
-// once and inserts the sales-log row inside the transaction; Commit makes
-// the row durable and keeps the unit sold, Rollback undoes the row and gives
-// the unit back to the counter.
+// session is an attempt, or a run of the expiry job, held open on one node:
+// a pgstrategy.Tx (a dedicated connection with an open transaction) whose
+// hooks keep the node's counters in step with it. Its Reserve takes the
+// unit from the node's counter at once and inserts the sales-log row inside
+// the transaction; Commit makes the row durable and keeps the unit sold,
+// Rollback undoes the row and gives the unit back to the counter.
 //
 // While the attempt is open, the unit is gone from memory but no row says
 // who has it. A third request on the same node that needs that unit is told
@@ -29,64 +27,80 @@ var errSessionEnded = errors.New("memquota: session already ended")
 // that commit; it waits also on a node with no unit left
 // (TestRepeatedKeyWaitsForOpenAttempt).
 type session struct {
-	n    *node
-	conn *pgxpool.Conn
-	tx   pgx.Tx
-	pid  uint32
+	*pgstrategy.Tx
+	n *node
 
-	mu       sync.Mutex
+	// Written inside Tx.Do and read by the Tx's hooks, all under the Tx's
+	// mutex.
 	taken    []doubt // the units this attempt took from n's counters, with their rows
 	returned []owned // units its expiry job moved out of HELD, given back on commit
-	ended    bool
 }
 
 var (
-	_ strategy.Session        = (*session)(nil)
-	_ strategy.SessionExpirer = (*session)(nil)
+	_ strategy.Session       = (*session)(nil)
+	_ strategy.ExpirySession = (*session)(nil)
 )
 
 // OpenSession starts an attempt held open on a dedicated connection from the
 // deployment's pool.
 func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	if n.dead.Load() {
-		return nil, ErrNodeClosed
-	}
-	conn, err := n.d.db.Acquire(ctx)
+	s, err := n.openSession(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("memquota: open session: %w", err)
+		return nil, err
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("memquota: open session: %w", err)
-	}
-	return &session{n: n, conn: conn, tx: tx, pid: conn.Conn().PgConn().PID()}, nil
+	return s, nil
 }
 
-// Backends is the backend of the session's connection.
-func (s *session) Backends() []uint32 { return []uint32{s.pid} }
+// OpenExpirySession starts the expiry job held open, in the same kind of
+// session.
+func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
+	s, err := n.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (n *node) openSession(ctx context.Context) (*session, error) {
+	if n.dead.Load() {
+		return nil, strategy.ErrNodeClosed
+	}
+	s := &session{n: n}
+	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, "", pgstrategy.TxHooks{
+		AroundCommit:  s.aroundCommit,
+		AfterRollback: s.giveBack,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("memquota: open session: %w", err)
+	}
+	s.Tx = tx
+	return s, nil
+}
 
 // Reserve runs the node's reserve path inside the session's transaction.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if err := s.n.check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
-		return strategy.Result{}, errSessionEnded
+	var res strategy.Result
+	err := s.Do(func(tx pgx.Tx) error {
+		s.n.d.life.RLock()
+		defer s.n.d.life.RUnlock()
+		if s.n.dead.Load() {
+			return strategy.ErrNodeClosed
+		}
+		a := &pass{q: tx, held: true, pid: s.Backends()[0]}
+		var err error
+		res, err = s.n.reserve(ctx, a, req)
+		if err == nil && res.Outcome == strategy.OutcomeHeld {
+			s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt})
+		}
+		return err
+	})
+	if err != nil {
+		return strategy.Result{}, err
 	}
-	s.n.d.life.RLock()
-	defer s.n.d.life.RUnlock()
-	if s.n.dead.Load() {
-		return strategy.Result{}, ErrNodeClosed
-	}
-	a := &pass{q: s.tx, held: true, pid: s.pid}
-	res, err := s.n.reserve(ctx, a, req)
-	if err == nil && res.Outcome == strategy.OutcomeHeld {
-		s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: s.pid, attempt: a.attempt})
-	}
-	return res, err
+	return res, nil
 }
 
 // ExpireDue runs the expiry job inside the session's transaction. The units
@@ -94,53 +108,45 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 // not at all if it rolls back (or its process is killed before the commit:
 // the rows then stay HELD, and a rerun expires them once).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
-		return 0, errSessionEnded
-	}
-	if s.n.dead.Load() {
-		return 0, ErrNodeClosed
-	}
-	moved, err := moveRows(ctx, s.tx, expireSQL, s.n.d.skus)
-	if err != nil {
-		return 0, fmt.Errorf("memquota: expire: %w", err)
-	}
-	s.returned = append(s.returned, moved...)
-	return len(moved), nil
+	var units int
+	err := s.Do(func(tx pgx.Tx) error {
+		if s.n.dead.Load() {
+			return strategy.ErrNodeClosed
+		}
+		moved, err := moveRows(ctx, tx, expireSQL, s.n.d.skus)
+		if err != nil {
+			return fmt.Errorf("memquota: expire: %w", err)
+		}
+		s.returned = append(s.returned, moved...)
+		units = len(moved)
+		return nil
+	})
+	return units, err
 }
 
-// Commit commits the attempt; its units stay sold, and the units its expiry
-// job moved go back to the nodes that sold them. If the node was restarted
-// meanwhile, the attempt died with the old process: it is rolled back and
-// Commit returns ErrNodeClosed. A commit the server turned into a rollback
-// gives the units back; a commit whose fate is unknown keeps them in doubt
-// until Settle reads the outcome from the log.
-func (s *session) Commit(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
-		return errSessionEnded
-	}
-	s.ended = true
-	defer s.conn.Release()
+// aroundCommit is the session's Commit (TxHooks.AroundCommit): its units
+// stay sold, and the units its expiry job moved go back to the nodes that
+// sold them. If the node was restarted meanwhile, the attempt died with the
+// old process: it is rolled back and Commit returns strategy.ErrNodeClosed.
+// A commit the server turned into a rollback gives the units back; a commit
+// whose fate is unknown keeps them in doubt until Settle reads the outcome
+// from the log.
+func (s *session) aroundCommit(ctx context.Context, commit func(context.Context) error) error {
 	s.n.d.life.RLock()
 	defer s.n.d.life.RUnlock()
 	if s.n.dead.Load() {
-		_ = s.tx.Rollback(ctx)
-		return ErrNodeClosed
+		return strategy.ErrNodeClosed // the Tx rolls back
 	}
-	err := s.tx.Commit(ctx)
+	err := commit(ctx)
 	switch {
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		s.giveBack()
+		return err
 	case err != nil: // the commit may have happened: Settle will tell
 		for _, t := range s.taken {
 			s.n.addDoubt(t)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("memquota: commit: %w", err)
+		return err
 	}
 	for _, m := range s.returned {
 		s.n.d.giveBack(int(m.Node), m.SKU)
@@ -149,26 +155,10 @@ func (s *session) Commit(ctx context.Context) error {
 	return nil
 }
 
-// Rollback undoes the attempt and gives its units back to the node's
-// counters. After Commit or Rollback it does nothing and returns nil.
-func (s *session) Rollback(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
-		return nil
-	}
-	s.ended = true
-	defer s.conn.Release()
-	err := s.tx.Rollback(ctx)
-	// Whatever the rollback returned, the transaction did not commit. If the
-	// node was restarted meanwhile these counters are the dead process's.
-	s.giveBack()
-	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("memquota: rollback: %w", err)
-	}
-	return nil
-}
-
+// giveBack returns the units the attempt took to the node's counters: the
+// attempt did not commit (TxHooks.AfterRollback, or a COMMIT the server
+// rolled back). If the node was restarted meanwhile these counters are the
+// dead process's.
 func (s *session) giveBack() {
 	for _, t := range s.taken {
 		s.n.counters[t.sku].put()

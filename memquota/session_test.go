@@ -22,6 +22,16 @@ func open(t *testing.T, ctx context.Context, dep strategy.Deployment, node int) 
 	return s
 }
 
+// openExpiry opens the expiry job held open on node node of dep.
+func openExpiry(t *testing.T, ctx context.Context, dep strategy.Deployment, node int) strategy.ExpirySession {
+	t.Helper()
+	s, err := dep.Node(node).(strategy.ExpirySessionOpener).OpenExpirySession(ctx)
+	require.NoError(t, err)
+	require.Len(t, s.Backends(), 1)
+	t.Cleanup(func() { _ = s.Rollback(context.Background()) })
+	return s
+}
+
 // TestSessionPhantomSoldOut is C28-14 on C: 2 units; t1 reserves and holds
 // its attempt open; t2 reserves; t3 is told SOLD_OUT at once, without
 // waiting (each call below returns or the test's deadline fails it), while
@@ -190,7 +200,7 @@ func TestRestartAbandonsHeldOpenAttempt(t *testing.T) {
 
 	require.NoError(t, dep.Restart(ctx, 0))
 	require.Equal(t, 1, audit(t, dep).Available, "the log has no row for the open attempt")
-	require.ErrorIs(t, s.Commit(ctx), memquota.ErrNodeClosed)
+	require.ErrorIs(t, s.Commit(ctx), strategy.ErrNodeClosed)
 	r, err := dep.Node(0).Lookup(ctx, req.Key)
 	require.NoError(t, err)
 	require.Equal(t, strategy.StatusNotFound, r.Status)
