@@ -4,6 +4,16 @@
 // one only if the count is below the stock. It is the worked example of
 // docs/adding-a-strategy.md: one package, one import line in package all.
 //
+// Its constructors are those of every strategy package: [Name], [Options]
+// (nothing to tune yet), [Meta] (the registered strategy), [New] (a variant)
+// and [Open], which returns the concrete [*Deployment]
+// (strategy.Deployment, strategy.Restarter, strategy.Ager and the pgbench
+// script of package bench). Meta.Attach opens a second process over stock
+// already loaded: it writes nothing and refuses a SKU without stock or with
+// another total. The plumbing every strategy over PostgreSQL needs (the
+// session held open, the node table, the schema, the attach check) comes
+// from package pgstrategy.
+//
 // # Guarantees
 //
 // Every transaction that can add an active reservation for a SKU holds that
@@ -21,8 +31,13 @@
 // key may arrive for another SKU.
 //
 // Transitions (confirm, release, expire) only change status with
-// WHERE status = 'HELD'; a unit comes back simply because the row is no
-// longer active, so there is nothing to return twice.
+// WHERE status = 'HELD', and only on the deployment's SKUs; a unit comes
+// back simply because the row is no longer active, so there is nothing to
+// return twice.
+//
+// Nodes keep nothing in memory: a restart loses nothing, and the old node
+// answers strategy.ErrNodeClosed. A session used after its end answers
+// strategy.ErrSessionEnded.
 //
 // # Boundary
 //
@@ -45,19 +60,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
+
+// Name is the name the strategy registers under.
+const Name = "advisorylock"
 
 func init() { strategy.Register(Meta()) }
 
+// Options configure the strategy. There is nothing to tune yet: the zero
+// value is the registered strategy.
+type Options struct{}
+
 // Meta describes the strategy for the registry.
-func Meta() strategy.Meta {
+func Meta() strategy.Meta { return New(Options{}) }
+
+// New describes the strategy with these options; it is not registered.
+func New(opts Options) strategy.Meta {
 	return strategy.Meta{
-		Name:        "advisorylock",
+		Name:        Name,
 		Description: "no counter: per-SKU advisory lock, count active rows, insert",
 		Correctness: "the count and the insert happen under one per-SKU lock held until commit",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
 			strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart,
-		Open: Open,
+		Open:   pgstrategy.Bind(Open, opts),
+		Attach: pgstrategy.Bind(attach, opts),
 	}
 }
 
@@ -67,10 +94,12 @@ var schemaSQL string
 const (
 	// schemaLockKey serialises concurrent schema creation.
 	schemaLockKey = 7283001
-
-	countStockSQL = `SELECT count(*) FROM advisorylock_stock WHERE sku = ANY($1)`
+	// schemaLastObject is the last object of schema.sql.
+	schemaLastObject = "advisorylock_active_by_sku"
 
 	insertStockSQL = `INSERT INTO advisorylock_stock (sku, total) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
+
+	stockTotalsSQL = `SELECT sku, total FROM advisorylock_stock WHERE sku = ANY($1)`
 
 	// lockSKUSQL takes the SKU's lock until the transaction ends. The
 	// two-argument form keeps our keys apart from other users of advisory
@@ -96,9 +125,11 @@ const (
 
 	confirmSQL = `
 		UPDATE advisorylock_reservation SET status = 'CONFIRMED'
-		WHERE request_key = $1 AND status = 'HELD' AND ($2 OR expires_at >= now())`
+		WHERE request_key = $1 AND sku = ANY($3) AND status = 'HELD' AND ($2 OR expires_at >= now())`
 
-	releaseSQL = `UPDATE advisorylock_reservation SET status = 'RELEASED' WHERE request_key = $1 AND status = 'HELD'`
+	releaseSQL = `
+		UPDATE advisorylock_reservation SET status = 'RELEASED'
+		WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'`
 
 	expireSQL = `
 		UPDATE advisorylock_reservation SET status = 'EXPIRED'
@@ -106,7 +137,7 @@ const (
 
 	makeDueSQL = `
 		UPDATE advisorylock_reservation SET expires_at = now() - interval '1 second'
-		WHERE request_key = ANY($1) AND status = 'HELD'`
+		WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 
 	auditSQL = `
 		SELECT s.sku, s.total,
@@ -115,27 +146,16 @@ const (
 		FROM advisorylock_stock s WHERE s.sku = ANY($1) ORDER BY s.sku`
 )
 
-// Open creates the schema if needed and loads the stock of cfg.
-func Open(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+// Open creates the schema if needed and loads the stock of cfg, in one
+// transaction; a SKU that already has stock fails the whole Open with an
+// error matching strategy.ErrStockExists.
+func Open(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Attach {
-		var n int
-		if err := cfg.DB.QueryRow(ctx, countStockSQL, cfg.SKUs()).Scan(&n); err != nil {
-			return nil, fmt.Errorf("advisorylock: attach: %w", err)
-		}
-		if n != len(cfg.Stock) {
-			return nil, fmt.Errorf("advisorylock: attach: %w: %d of %d SKUs have stock", strategy.ErrConfig, n, len(cfg.Stock))
-		}
-		return &deployment{db: cfg.DB, skus: cfg.SKUs(), nodes: cfg.NodeCount()}, nil
-	}
 	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey); err != nil {
-			return fmt.Errorf("lock schema: %w", err)
-		}
-		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
-			return fmt.Errorf("create schema: %w", err)
+		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
+			return err
 		}
 		for _, s := range cfg.Stock {
 			tag, err := tx.Exec(ctx, insertStockSQL, s.SKU, s.Total)
@@ -143,7 +163,7 @@ func Open(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error)
 				return fmt.Errorf("insert stock %s: %w", s.SKU, err)
 			}
 			if tag.RowsAffected() == 0 {
-				return fmt.Errorf("advisorylock: %w: %s", strategy.ErrStockExists, s.SKU)
+				return fmt.Errorf("%w: %s", strategy.ErrStockExists, s.SKU)
 			}
 		}
 		return nil
@@ -151,32 +171,68 @@ func Open(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error)
 	if err != nil {
 		return nil, fmt.Errorf("advisorylock: open: %w", err)
 	}
-	return &deployment{db: cfg.DB, skus: cfg.SKUs(), nodes: cfg.NodeCount()}, nil
+	return newDeployment(cfg), nil
 }
 
-// deployment keeps nothing in memory: every node is the same handle on the
-// pool, and a restart loses nothing.
-type deployment struct {
+// attach is Meta.Attach: it checks the stock another process loaded and
+// writes nothing.
+func attach(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := pgstrategy.CheckStock(ctx, cfg.DB, stockTotalsSQL, cfg.Stock); err != nil {
+		return nil, fmt.Errorf("advisorylock: %w", err)
+	}
+	return newDeployment(cfg), nil
+}
+
+func newDeployment(cfg strategy.Config) *Deployment {
+	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: make(map[string]bool, len(cfg.Stock))}
+	for _, s := range d.skus {
+		d.owns[s] = true
+	}
+	d.nodes = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) *node {
+		return &node{Handle: h, d: d}
+	})
+	return d
+}
+
+// Deployment keeps nothing in memory but its SKUs: every node is a handle
+// on the pool, and a restart loses nothing.
+type Deployment struct {
 	db    *pgxpool.Pool
 	skus  []string
-	nodes int
+	owns  map[string]bool
+	nodes *pgstrategy.Handles[*node]
 }
 
 var (
-	_ strategy.Deployment    = (*deployment)(nil)
-	_ strategy.Ager          = (*deployment)(nil)
-	_ strategy.Strategy      = (*node)(nil)
-	_ strategy.Confirmer     = (*node)(nil)
-	_ strategy.Releaser      = (*node)(nil)
-	_ strategy.Expirer       = (*node)(nil)
-	_ strategy.SessionOpener = (*node)(nil)
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.Session             = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
 )
 
-func (d *deployment) Node(int) strategy.Strategy         { return &node{d: d} }
-func (d *deployment) Restart(context.Context, int) error { return nil }
-func (d *deployment) Close() error                       { return nil }
+// Node returns node i; out of range it panics (strategy.CheckNode).
+func (d *Deployment) Node(i int) strategy.Strategy { return d.nodes.Node(i) }
 
-func (d *deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+// Restart puts a new handle in place of node i; the old one answers
+// strategy.ErrNodeClosed.
+func (d *Deployment) Restart(_ context.Context, i int) error { return d.nodes.Restart(i) }
+
+// Close closes every node; the pool and the data stay.
+func (d *Deployment) Close() error { return d.nodes.Close() }
+
+// Audit reports total, active and the derived available (total - active)
+// of each SKU of the deployment.
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 	rows, err := d.db.Query(ctx, auditSQL, d.skus)
 	if err != nil {
 		return nil, fmt.Errorf("advisorylock: audit: %w", err)
@@ -189,19 +245,38 @@ func (d *deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 	})
 }
 
-func (d *deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
-	tag, err := d.db.Exec(ctx, makeDueSQL, keys)
+// MakeDue moves expires_at of the deployment's HELD reservations with these
+// keys into the past.
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := d.db.Exec(ctx, makeDueSQL, keys, d.skus)
 	if err != nil {
 		return 0, fmt.Errorf("advisorylock: make due: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-type node struct{ d *deployment }
+// check validates req and that its SKU is one of the deployment's.
+func (d *Deployment) check(req strategy.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if !d.owns[req.SKU] {
+		return strategy.UnknownSKU(req.SKU)
+	}
+	return nil
+}
+
+type node struct {
+	*pgstrategy.Handle
+	d *Deployment
+}
 
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := req.Validate(); err != nil {
+	if err := n.d.check(req); err != nil {
 		return strategy.BadRequest(err)
+	}
+	if err := n.Check(); err != nil {
+		return strategy.Result{}, err
 	}
 	var res strategy.Result
 	var badReq error
@@ -230,10 +305,10 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.R
 		return strategy.Result{}, err
 	}
 	// Under the lock every statement sees what committed before it was granted.
-	if existing, err := lookup(ctx, tx, req.Key); err != nil {
+	if existing, found, err := lookup(ctx, tx, req.Key); err != nil {
 		return strategy.Result{}, err
-	} else if existing.Status != strategy.StatusNotFound {
-		return answerKnownKey(existing, req), nil
+	} else if found {
+		return pgstrategy.KnownKey(req, existing), nil
 	}
 	var total, active int
 	if err := tx.QueryRow(ctx, countSQL, req.SKU).Scan(&total, &active); errors.Is(err, pgx.ErrNoRows) {
@@ -262,11 +337,11 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.R
 		// The same key, committed meanwhile for another SKU (whose lock we
 		// do not hold): answer from the row that won.
 		_ = sp.Rollback(ctx)
-		existing, lerr := lookup(ctx, tx, req.Key)
+		existing, _, lerr := lookup(ctx, tx, req.Key)
 		if lerr != nil {
 			return strategy.Result{}, lerr
 		}
-		return answerKnownKey(existing, req), nil
+		return pgstrategy.KnownKey(req, existing), nil
 	}
 	if err != nil {
 		return strategy.Result{}, err
@@ -279,28 +354,18 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.R
 	}}, nil
 }
 
-func answerKnownKey(existing strategy.Reservation, req strategy.Request) strategy.Result {
-	if existing.User != req.User || existing.SKU != req.SKU {
-		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
-	}
-	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: existing}
-}
-
-type queryRower interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func lookup(ctx context.Context, q queryRower, key string) (strategy.Reservation, error) {
-	r := strategy.Reservation{Key: key}
-	err := q.QueryRow(ctx, lookupSQL, key).Scan(&r.User, &r.SKU, &r.Status, &r.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
-	}
-	return r, err
+func lookup(ctx context.Context, q pgstrategy.Querier, key string) (strategy.Reservation, bool, error) {
+	return pgstrategy.ScanReservation(q.QueryRow(ctx, lookupSQL, key), key)
 }
 
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	r, err := lookup(ctx, n.d.db, key)
+	if err := n.Check(); err != nil {
+		return strategy.Reservation{}, err
+	}
+	if !strategy.Storable(key) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
+	r, _, err := lookup(ctx, n.d.db, key)
 	if err != nil {
 		return r, fmt.Errorf("advisorylock: lookup %s: %w", key, err)
 	}
@@ -308,7 +373,13 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 }
 
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	tag, err := n.d.db.Exec(ctx, confirmSQL, key, mode == strategy.ConfirmUntilExpired)
+	if err := n.Check(); err != nil {
+		return false, err
+	}
+	if !strategy.Storable(key) {
+		return false, nil
+	}
+	tag, err := n.d.db.Exec(ctx, confirmSQL, key, mode == strategy.ConfirmUntilExpired, n.d.skus)
 	if err != nil {
 		return false, fmt.Errorf("advisorylock: confirm %s: %w", key, err)
 	}
@@ -316,14 +387,25 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 }
 
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	tag, err := n.d.db.Exec(ctx, releaseSQL, key)
+	if err := n.Check(); err != nil {
+		return 0, err
+	}
+	if !strategy.Storable(key) {
+		return 0, nil
+	}
+	tag, err := n.d.db.Exec(ctx, releaseSQL, key, n.d.skus)
 	if err != nil {
 		return 0, fmt.Errorf("advisorylock: release %s: %w", key, err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-func (n *node) ExpireDue(ctx context.Context) (int, error) { return expireIn(ctx, n.d.db, n.d.skus) }
+func (n *node) ExpireDue(ctx context.Context) (int, error) {
+	if err := n.Check(); err != nil {
+		return 0, err
+	}
+	return expireIn(ctx, n.d.db, n.d.skus)
+}
 
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -337,51 +419,59 @@ func expireIn(ctx context.Context, db execer, skus []string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	conn, err := n.d.db.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("advisorylock: session: %w", err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("advisorylock: session: %w", err)
-	}
-	return &session{conn: conn, tx: tx, skus: n.d.skus}, nil
-}
-
+// session is an attempt, or the expiry job, held open (pgstrategy.Tx).
 type session struct {
-	conn *pgxpool.Conn
-	tx   pgx.Tx
-	skus []string
-	done bool
+	*pgstrategy.Tx
+	d *Deployment
 }
 
-var _ strategy.SessionExpirer = (*session)(nil)
+func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
+	s, err := n.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-// ExpireDue runs the expiry job inside the session (kill-release scenario).
-func (s *session) ExpireDue(ctx context.Context) (int, error) { return expireIn(ctx, s.tx, s.skus) }
+func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
+	s, err := n.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-func (s *session) Backends() []uint32 { return []uint32{s.conn.Conn().PgConn().PID()} }
+func (n *node) openSession(ctx context.Context) (*session, error) {
+	if err := n.Check(); err != nil {
+		return nil, err
+	}
+	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, "", pgstrategy.TxHooks{})
+	if err != nil {
+		return nil, fmt.Errorf("advisorylock: session: %w", err)
+	}
+	return &session{Tx: tx, d: n.d}, nil
+}
 
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := req.Validate(); err != nil {
+	if err := s.d.check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	return reserveIn(ctx, s.tx, req)
+	var res strategy.Result
+	err := s.Do(func(tx pgx.Tx) error {
+		var err error
+		res, err = reserveIn(ctx, tx, req)
+		return err
+	})
+	return res, err
 }
 
-func (s *session) finish(ctx context.Context, commit bool) error {
-	if s.done {
-		return nil
-	}
-	s.done = true
-	defer s.conn.Release()
-	if commit {
-		return s.tx.Commit(ctx)
-	}
-	return s.tx.Rollback(ctx)
+// ExpireDue runs the expiry job inside the session (kill-release scenario).
+func (s *session) ExpireDue(ctx context.Context) (int, error) {
+	var units int
+	err := s.Do(func(tx pgx.Tx) error {
+		var err error
+		units, err = expireIn(ctx, tx, s.d.skus)
+		return err
+	})
+	return units, err
 }
-
-func (s *session) Commit(ctx context.Context) error   { return s.finish(ctx, true) }
-func (s *session) Rollback(ctx context.Context) error { return s.finish(ctx, false) }
