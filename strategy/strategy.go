@@ -210,6 +210,19 @@ type ReserveCrasher interface {
 type Stock struct {
 	SKU   string
 	Total int
+	// Shares splits Total over the nodes, for strategies that give each
+	// node a share: one entry per node, summing to Total. Nil means the
+	// even split of ShareOf.
+	Shares []int
+}
+
+// Share is node i's share of the stock when the deployment has n nodes:
+// Shares[i] when Shares is set, else ShareOf(Total, n, i).
+func (s Stock) Share(n, i int) int {
+	if s.Shares != nil {
+		return s.Shares[i]
+	}
+	return ShareOf(s.Total, n, i)
 }
 
 // Config is what Meta.Open needs to deploy a strategy.
@@ -225,7 +238,7 @@ type Config struct {
 	Stock []Stock
 
 	// Nodes is the number of nodes serving the stock; 0 means 1. Strategies
-	// that split stock across nodes give node i the share ShareOf(total, Nodes, i).
+	// that split stock across nodes give node i the share Stock.Share(Nodes, i).
 	Nodes int
 
 }
@@ -280,6 +293,21 @@ func (c Config) Validate() error {
 		seen[s.SKU] = true
 		if s.Total < 0 || s.Total > MaxTotal {
 			return fmt.Errorf("%w: sku %q has total %d, want 0..%d", ErrConfig, s.SKU, s.Total, MaxTotal)
+		}
+		if s.Shares != nil {
+			if len(s.Shares) != c.NodeCount() {
+				return fmt.Errorf("%w: sku %q has %d shares for %d nodes", ErrConfig, s.SKU, len(s.Shares), c.NodeCount())
+			}
+			sum := 0
+			for i, n := range s.Shares {
+				if n < 0 {
+					return fmt.Errorf("%w: sku %q: share of node %d is negative (%d)", ErrConfig, s.SKU, i, n)
+				}
+				sum += n
+			}
+			if sum != s.Total {
+				return fmt.Errorf("%w: sku %q: shares %v sum to %d, not the total %d", ErrConfig, s.SKU, s.Shares, sum, s.Total)
+			}
 		}
 	}
 	return nil

@@ -95,7 +95,11 @@ func (t *trial) statuses(ctx context.Context, keys []string) (map[strategy.Statu
 
 // runExpiryReplay is C28-07: 20 held, 8 expire: the release returns 8; a
 // replay returns 0; 4 concurrent replays return 0 in total; the other 12
-// expire and 4 concurrent releases return exactly 12 in total.
+// expire and 4 concurrent releases return exactly 12 in total. With
+// then_due only that many of the rest expire in the second round, and with
+// then_requests new requests follow, which may take exactly the units that
+// came back (C28-10's input: 10 units, 10 held, 5 due, replayed, then 10
+// requests: 5 succeed).
 func runExpiryReplay(ctx context.Context, t *trial) error {
 	in := t.in
 	keys, err := t.holdMany(ctx, in.Held)
@@ -103,6 +107,10 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 		return err
 	}
 	first, rest := keys[:in.FirstDue], keys[in.FirstDue:]
+	if in.ThenDue != nil {
+		rest = rest[:*in.ThenDue]
+	}
+	var failedRuns int
 
 	step := func(name string, due int, run func() (reported int)) error {
 		var reported int
@@ -121,7 +129,6 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 	if err := t.makeDue(ctx, first); err != nil {
 		return err
 	}
-	var failedRuns int
 	if err := step(fmt.Sprintf("release %d due", len(first)), len(first), func() int {
 		u, f := t.expireUntilDone(ctx, "job", 0)
 		failedRuns += f
@@ -132,9 +139,10 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 	if err := step("replay", 0, func() int { u, f := t.expireUntilDone(ctx, "replay", 1); failedRuns += f; return u }); err != nil {
 		return err
 	}
+	var gateErr error
 	concurrent := func(proc string) int {
 		units, failed := make([]int, in.Workers), make([]int, in.Workers)
-		Together(in.Workers, func(i int) {
+		gateErr = t.concurrently(ctx, in.Workers, func(i int) {
 			units[i], failed[i] = t.expireUntilDone(ctx, fmt.Sprintf("%s%d", proc, i), i)
 		})
 		sum := 0
@@ -144,8 +152,13 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 		}
 		return sum
 	}
-	if err := step(fmt.Sprintf("%d concurrent replays", in.Workers), 0, func() int { return concurrent("replay") }); err != nil {
-		return err
+	if in.Workers > 1 {
+		if err := step(fmt.Sprintf("%d concurrent replays", in.Workers), 0, func() int { return concurrent("replay") }); err != nil {
+			return err
+		}
+		if gateErr != nil {
+			return gateErr
+		}
 	}
 	if len(rest) > 0 {
 		if err := t.makeDue(ctx, rest); err != nil {
@@ -154,16 +167,65 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 		if err := step(fmt.Sprintf("%d concurrent releases of %d due", in.Workers, len(rest)), len(rest), func() int { return concurrent("job") }); err != nil {
 			return err
 		}
+		if gateErr != nil {
+			return gateErr
+		}
 	}
-	t.vary("release job runs that failed", failedRuns)
+	// A run that fails is evidence, not noise: no fault is injected here, so
+	// a failing job is one whose count disagrees with the database (a CHECK
+	// on the stock caught it) or that cannot run beside itself.
+	t.fact("release job runs that failed", "%d", failedRuns)
+	t.check(strategy.ReturnOnce, "the expiry job never fails when no fault is injected", failedRuns == 0,
+		fmt.Sprintf("%d runs failed (the harness reran them); a run that fails with nothing injected disagrees with the database", failedRuns))
 
-	count, _, err := t.statuses(ctx, keys)
+	due := append(append([]string(nil), first...), rest...)
+	count, _, err := t.statuses(ctx, due)
 	if err != nil {
 		return err
 	}
-	t.fact("end", "EXPIRED %d of %d", count[strategy.StatusExpired], len(keys))
-	t.check(strategy.ReturnOnce, "every due reservation ends EXPIRED", count[strategy.StatusExpired] == len(keys),
+	t.fact("end", "EXPIRED %d of %d due", count[strategy.StatusExpired], len(due))
+	t.check(strategy.ReturnOnce, "every due reservation ends EXPIRED", count[strategy.StatusExpired] == len(due),
 		fmt.Sprintf("statuses %v", count))
+	if len(due) < len(keys) {
+		notDue, _, err := t.statuses(ctx, keys[len(due):])
+		if err != nil {
+			return err
+		}
+		t.check(strategy.ReturnOnce, "a reservation that is not due stays HELD", notDue[strategy.StatusHeld] == len(keys)-len(due),
+			fmt.Sprintf("statuses of the %d not due: %v", len(keys)-len(due), notDue))
+	}
+	return t.thenRequests(ctx)
+}
+
+// thenRequests sends then_requests new requests at once, from new users,
+// and reports how many were HELD; the durable checks judge whether more
+// units were sold than the stock holds.
+func (t *trial) thenRequests(ctx context.Context) error {
+	n := t.in.ThenRequests
+	if n == 0 {
+		return nil
+	}
+	sku := t.sku(t.in.Stock[0].SKU)
+	before, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	ops := make([]Op, n)
+	Together(n, func(i int) {
+		ops[i] = t.reserve(ctx, fmt.Sprintf("new%d", i), i, strategy.Request{
+			Key: t.key(fmt.Sprintf("req-new-%04d", i)), User: t.user(fmt.Sprintf("user-new-%04d", i)), SKU: sku, TTL: strategy.TTLForever})
+	})
+	held := 0
+	for _, op := range ops {
+		if op.Outcome == strategy.OutcomeHeld {
+			held++
+		}
+	}
+	free := before[sku].Available
+	t.fact(fmt.Sprintf("then %d new requests", n), "%d HELD (%d units were free by the stock's count)", held, free)
+	t.check(strategy.NoOversell, "new requests take at most the units that are really free",
+		held <= min(free, before[sku].Total-before[sku].Active),
+		fmt.Sprintf("%d HELD; the audit before them: total %d, available %d, active %d", held, before[sku].Total, before[sku].Available, before[sku].Active))
 	return nil
 }
 
@@ -172,10 +234,52 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 // handled by exactly one side, and units come back only for EXPIRED rows.
 func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	in := t.in
-	keys, err := t.holdMany(ctx, in.Held)
+	all, err := t.holdMany(ctx, in.Held)
 	if err != nil {
 		return err
 	}
+	// First, with nothing racing: confirmed rows that are due must survive
+	// the expiry job, which returns units only for the HELD ones.
+	if in.Confirmed > 0 {
+		confirmed, held := all[:in.Confirmed], all[in.Confirmed:2*in.Confirmed]
+		if err := t.makeDue(ctx, all[:2*in.Confirmed]); err != nil {
+			return err
+		}
+		c := t.node(0).(strategy.Confirmer)
+		for _, k := range confirmed {
+			op := Op{Process: "confirm", Kind: "confirm", Req: strategy.Request{Key: k}, Invoke: t.hist.Begin()}
+			moved, err := c.Confirm(ctx, k, strategy.ConfirmUntilExpired)
+			op.Moved, op.Type = moved, OpOK
+			if err != nil {
+				op.Type, op.Err = OpInfo, err.Error()
+			}
+			t.hist.End(op)
+			if err != nil || !moved {
+				return fmt.Errorf("setup: confirm %s: moved %v, %v", t.plain(k), moved, err)
+			}
+		}
+		var reported, failed int
+		back, err := t.returned(ctx, func() { reported, failed = t.expireUntilDone(ctx, "job", 0) })
+		if err != nil {
+			return err
+		}
+		cs, _, err := t.statuses(ctx, confirmed)
+		if err != nil {
+			return err
+		}
+		hs, _, err := t.statuses(ctx, held)
+		if err != nil {
+			return err
+		}
+		t.fact(fmt.Sprintf("%d due CONFIRMED and %d due HELD, then the expiry job alone", len(confirmed), len(held)),
+			"%d stay CONFIRMED, %d EXPIRED, %d units back", cs[strategy.StatusConfirmed], hs[strategy.StatusExpired], back)
+		t.check(strategy.ReturnOnce, "the expiry job never moves a CONFIRMED row", cs[strategy.StatusConfirmed] == len(confirmed),
+			fmt.Sprintf("statuses of %d confirmed due rows after the job: %v", len(confirmed), cs))
+		t.check(strategy.ReturnOnce, "the expiry job returns units for the HELD due rows only", back == len(held) && reported == back && hs[strategy.StatusExpired] == len(held),
+			fmt.Sprintf("%d HELD due rows, %d EXPIRED; the stock rose by %d, the job reported %d", len(held), hs[strategy.StatusExpired], back, reported))
+		t.check(strategy.ReturnOnce, "the expiry job never fails when no fault is injected", failed == 0, fmt.Sprintf("%d runs failed", failed))
+	}
+	keys := all[2*in.Confirmed:]
 	if err := t.makeDue(ctx, keys); err != nil {
 		return err
 	}
@@ -188,8 +292,9 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	var mu sync.Mutex
 	confirmedByCall := map[string]bool{}
 	expiredUnits := 0
+	var gateErr error
 	back, err := t.returned(ctx, func() {
-		Together(2*in.Workers, func(i int) {
+		gateErr = t.concurrently(ctx, 2*in.Workers, func(i int) {
 			if i < in.Workers { // confirmer
 				c := t.node(i).(strategy.Confirmer)
 				for k := range queue {
@@ -216,6 +321,9 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	})
 	if err != nil {
 		return err
+	}
+	if gateErr != nil {
+		return gateErr
 	}
 	count, durable, err := t.statuses(ctx, keys)
 	if err != nil {
@@ -248,28 +356,40 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 // returns the unit.
 func runReleaseReplay(ctx context.Context, t *trial) error {
 	in := t.in
-	keys, err := t.holdMany(ctx, in.Held)
+	held, err := t.holdMany(ctx, in.Held)
 	if err != nil {
 		return err
 	}
+	// Only the first in.Release are released: the others stay HELD, so a
+	// unit returned twice raises the stock instead of hitting a CHECK on
+	// available <= total.
+	keys := held[:in.Release]
+	failed := 0
+	var mu sync.Mutex
 	release := func(proc string, node int, key string) int {
 		op := Op{Process: proc, Kind: "release", Node: node % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
 		units, err := t.node(node).(strategy.Releaser).Release(ctx, key)
 		op.Units, op.Type = units, OpOK
 		if err != nil {
 			op.Type, op.Err = OpInfo, err.Error()
+			mu.Lock()
+			failed++
+			mu.Unlock()
 		}
 		t.hist.End(op)
 		return units
 	}
-	var mu sync.Mutex
 	var seqFirst, seqReplay, seqConc, concFirst, concReplay int
+	var gateErr error
 	back, err := t.returned(ctx, func() {
 		for i, k := range keys {
+			if gateErr != nil {
+				return
+			}
 			if i%2 == 0 { // release, replay, then concurrent replays
 				seqFirst += release("c", 0, k)
 				seqReplay += release("c", 1, k)
-				Together(in.Workers, func(w int) {
+				gateErr = t.concurrently(ctx, in.Workers, func(w int) {
 					u := release(fmt.Sprintf("r%d", w), w, k)
 					mu.Lock()
 					seqConc += u
@@ -278,7 +398,7 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 				continue
 			}
 			// concurrent first releases: exactly one may return the unit
-			Together(in.Workers, func(w int) {
+			gateErr = t.concurrently(ctx, in.Workers, func(w int) {
 				u := release(fmt.Sprintf("r%d", w), w, k)
 				mu.Lock()
 				concFirst += u
@@ -289,6 +409,9 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 	})
 	if err != nil {
 		return err
+	}
+	if gateErr != nil {
+		return gateErr
 	}
 	seq, conc := (len(keys)+1)/2, len(keys)/2
 	t.fact("release, then replay, then concurrent replays", "%d, %d, %d units for %d reservations", seqFirst, seqReplay, seqConc, seq)
@@ -303,6 +426,14 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 	}
 	t.check(strategy.ReturnOnce, "every released reservation ends RELEASED", count[strategy.StatusReleased] == len(keys),
 		fmt.Sprintf("statuses %v", count))
+	t.check(strategy.ReturnOnce, "a release never fails when no fault is injected", failed == 0, fmt.Sprintf("%d release calls failed", failed))
+	if rest := held[in.Release:]; len(rest) > 0 {
+		hs, _, err := t.statuses(ctx, rest)
+		if err != nil {
+			return err
+		}
+		t.check(strategy.ReturnOnce, "a reservation nobody released stays HELD", hs[strategy.StatusHeld] == len(rest), fmt.Sprintf("statuses %v", hs))
+	}
 	if c, ok := t.node(0).(strategy.Confirmer); ok {
 		moved, err := c.Confirm(ctx, keys[0], strategy.ConfirmUntilExpired)
 		if err != nil {

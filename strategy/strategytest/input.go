@@ -36,6 +36,7 @@ const (
 	KindServerCrash     = "server-crash"      // pg_ctl stop -m immediate under load, then restart
 	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
 	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
+	KindExpiryRace      = "expiry-race"       // waves of concurrent expiry jobs over rows due at once
 )
 
 // Scenario is one scenario file.
@@ -58,10 +59,35 @@ type Scenario struct {
 	// KindRequests.
 	Phases []Phase `json:"phases,omitempty"`
 
-	// KindExpiryReplay, KindConfirmVsExpire, KindReleaseReplay.
+	// Gate starts the scenario's concurrent calls together behind a lock
+	// on the strategy's tables, released once they all wait on it (see
+	// gate.go): races that need two calls inside one short window are then
+	// run inside it, rather than by luck.
+	Gate bool `json:"gate,omitempty"`
+
+	// KindExpiryReplay, KindConfirmVsExpire, KindReleaseReplay,
+	// KindExpiryRace.
 	Held     int `json:"held,omitempty"`      // reservations made first
 	FirstDue int `json:"first_due,omitempty"` // how many of them expire in the first round
-	Workers  int `json:"workers,omitempty"`   // concurrent replays / confirmers / releasers
+	// ThenDue (expiry-replay) is how many of the rest expire in the second
+	// round, run by Workers concurrent jobs; nil means all of the rest.
+	ThenDue *int `json:"then_due,omitempty"`
+	Workers int  `json:"workers,omitempty"` // concurrent replays / confirmers / releasers
+	// ThenRequests (expiry-replay, kill-release) new requests, from new
+	// users, sent at once after the units came back: they may take exactly
+	// the units that came back (seed C28-09, C28-10).
+	ThenRequests int `json:"then_requests,omitempty"`
+	// Release (release-replay) is how many of the held reservations are
+	// released; the others stay HELD, so a unit returned twice shows in the
+	// stock instead of hitting a CHECK on available <= total.
+	Release int `json:"release,omitempty"`
+	// Confirmed (confirm-vs-expire) due reservations are confirmed before
+	// the expiry job runs alone: it must leave them CONFIRMED.
+	Confirmed int `json:"confirmed,omitempty"`
+	// Waves and WaveDue (expiry-race): WaveDue rows become due at once,
+	// Workers jobs run concurrently, Waves times.
+	Waves   int `json:"waves,omitempty"`
+	WaveDue int `json:"wave_due,omitempty"`
 
 	// Fault kinds. KillPoints (kill-release, kill-reserve) and CrashAfter
 	// (server-crash: acknowledged reservations before the crash) are cycled
@@ -87,12 +113,18 @@ type Scenario struct {
 	// next to the measured counts so the seed's rows stay recognisable. It is
 	// never used as an expectation.
 	Seed map[string]string `json:"seed,omitempty"`
+	// SeedInput holds the seed's own numbers for the input (names as
+	// Numbers returns them). When this input's numbers differ, the table
+	// says so next to what the seed reported.
+	SeedInput map[string]int `json:"seed_input,omitempty"`
 }
 
-// StockInput is the stock of one SKU.
+// StockInput is the stock of one SKU. Shares, when given, splits it over
+// the nodes explicitly (one entry per node, summing to Total).
 type StockInput struct {
-	SKU   string `json:"sku"`
-	Total int    `json:"total"`
+	SKU    string `json:"sku"`
+	Total  int    `json:"total"`
+	Shares []int  `json:"shares,omitempty"`
 }
 
 // Phase is one step of a KindRequests scenario: either a set of request
@@ -101,6 +133,10 @@ type Phase struct {
 	Name     string         `json:"name"`
 	Requests []RequestGroup `json:"requests,omitempty"`
 	Restart  []int          `json:"restart,omitempty"`
+	// Repeat runs the phase that many times in a row, each round with keys
+	// and users of its own (suffixed -r0, -r1, ...): many small races, each
+	// started on its own, instead of one large one. 0 means 1.
+	Repeat int `json:"repeat,omitempty"`
 }
 
 // RequestGroup is Count requests for one SKU. Without Key every request has
@@ -112,6 +148,10 @@ type RequestGroup struct {
 	Key   string `json:"key,omitempty"`
 	User  string `json:"user,omitempty"`
 	Node  *int   `json:"node,omitempty"`
+	// Groups repeats the group that many times at once, each copy with its
+	// own key and user (suffixed -g0, -g1, ...): many independent races in
+	// one phase. 0 means 1.
+	Groups int `json:"groups,omitempty"`
 }
 
 // SessionInput is one attempt of an interleaving. A session that holds
@@ -178,6 +218,8 @@ func MustScenario(name string) *Scenario {
 }
 
 // ParseScenario decodes one scenario, rejecting unknown fields, and validates it.
+// A field the kind needs is required, not defaulted: a scenario without
+// "total" must not run as 0 units and pass every check vacuously.
 func ParseScenario(b []byte) (*Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -185,10 +227,83 @@ func ParseScenario(b []byte) (*Scenario, error) {
 	if err := dec.Decode(&in); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInput, err)
 	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: %s: more than one JSON value", ErrInput, in.Name)
+	}
+	if err := requireFields(b, &in); err != nil {
+		return nil, err
+	}
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	return &in, nil
+}
+
+// requiredByKind lists the fields each kind needs besides those every
+// scenario needs.
+var requiredByKind = map[string][]string{
+	KindRequests:        {"phases"},
+	KindExpiryReplay:    {"held", "first_due", "workers"},
+	KindConfirmVsExpire: {"held", "workers", "confirmed"},
+	KindReleaseReplay:   {"held", "workers", "release"},
+	KindInterleave:      {"sessions"},
+	KindBadInput:        {},
+	KindKillRelease:     {"held", "first_due", "kill_points"},
+	KindKillReserve:     {"held", "kill_points"},
+	KindNodeDeath:       {"held", "crashes", "requests"},
+	KindServerCrash:     {"requests", "workers", "crash_after", "exclusive_server"},
+	KindCommitTimeout:   {"requests", "workers", "exclusive_server"},
+	KindExpiryRace:      {"held", "waves", "wave_due", "workers"},
+}
+
+// requireFields checks that every field the scenario's kind needs is
+// present in the file, whatever its value.
+func requireFields(b []byte, in *Scenario) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return fmt.Errorf("%w: %v", ErrInput, err)
+	}
+	var missing []string
+	need := append([]string{"name", "case", "title", "kind", "nodes", "stock", "repetitions", "short_repetitions"}, requiredByKind[in.Kind]...)
+	for _, f := range need {
+		if _, ok := top[f]; !ok {
+			missing = append(missing, f)
+		}
+	}
+	var stock []map[string]json.RawMessage
+	if raw, ok := top["stock"]; ok {
+		if err := json.Unmarshal(raw, &stock); err != nil {
+			return fmt.Errorf("%w: %s: stock: %v", ErrInput, in.Name, err)
+		}
+	}
+	for i, st := range stock {
+		for _, f := range []string{"sku", "total"} {
+			if _, ok := st[f]; !ok {
+				missing = append(missing, fmt.Sprintf("stock[%d].%s", i, f))
+			}
+		}
+	}
+	var phases []struct {
+		Requests []map[string]json.RawMessage `json:"requests"`
+	}
+	if raw, ok := top["phases"]; ok {
+		if err := json.Unmarshal(raw, &phases); err != nil {
+			return fmt.Errorf("%w: %s: phases: %v", ErrInput, in.Name, err)
+		}
+	}
+	for pi, ph := range phases {
+		for gi, g := range ph.Requests {
+			for _, f := range []string{"sku", "count"} {
+				if _, ok := g[f]; !ok {
+					missing = append(missing, fmt.Sprintf("phases[%d].requests[%d].%s", pi, gi, f))
+				}
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s: missing required field(s): %s", ErrInput, in.Name, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Validate checks that the input can be run.
@@ -217,6 +332,24 @@ func (in *Scenario) Validate() error {
 			return bad("stock entry %+v: empty, negative or repeated", s)
 		}
 		skus[s.SKU] = true
+		if s.Shares != nil {
+			if len(s.Shares) != in.Nodes {
+				return bad("stock %s: %d shares for %d nodes", s.SKU, len(s.Shares), in.Nodes)
+			}
+			sum := 0
+			for _, n := range s.Shares {
+				if n < 0 {
+					return bad("stock %s: negative share in %v", s.SKU, s.Shares)
+				}
+				sum += n
+			}
+			if sum != s.Total {
+				return bad("stock %s: shares %v sum to %d, not the total %d", s.SKU, s.Shares, sum, s.Total)
+			}
+		}
+	}
+	if in.ThenRequests < 0 {
+		return bad("then_requests must not be negative")
 	}
 	switch in.Kind {
 	case KindRequests:
@@ -234,6 +367,12 @@ func (in *Scenario) Validate() error {
 				if g.Count < 1 {
 					return bad("phase %q: count must be at least 1", p.Name)
 				}
+				if g.Groups < 0 {
+					return bad("phase %q: groups must not be negative", p.Name)
+				}
+				if p.Repeat < 0 {
+					return bad("phase %q: repeat must not be negative", p.Name)
+				}
 				if g.Node != nil && (*g.Node < 0 || *g.Node >= in.Nodes) {
 					return bad("phase %q: node %d out of range", p.Name, *g.Node)
 				}
@@ -248,9 +387,20 @@ func (in *Scenario) Validate() error {
 		if in.Held < 1 || in.FirstDue < 0 || in.FirstDue > in.Held || in.Workers < 1 {
 			return bad("need held >= 1, 0 <= first_due <= held, workers >= 1")
 		}
-	case KindConfirmVsExpire, KindReleaseReplay:
-		if in.Held < 1 || in.Workers < 1 {
-			return bad("need held >= 1 and workers >= 1")
+		if in.ThenDue != nil && (*in.ThenDue < 0 || *in.ThenDue > in.Held-in.FirstDue) {
+			return bad("need 0 <= then_due <= held - first_due")
+		}
+	case KindConfirmVsExpire:
+		if in.Held < 1 || in.Workers < 1 || in.Confirmed < 0 || 2*in.Confirmed >= in.Held {
+			return bad("need held >= 1, workers >= 1 and 0 <= 2 * confirmed < held")
+		}
+	case KindReleaseReplay:
+		if in.Held < 1 || in.Workers < 1 || in.Release < 1 || in.Release > in.Held {
+			return bad("need held >= 1, workers >= 1 and 1 <= release <= held")
+		}
+	case KindExpiryRace:
+		if in.Held < 1 || in.Workers < 2 || in.Waves < 1 || in.WaveDue < 1 || in.Waves*in.WaveDue > in.Held {
+			return bad("need held >= 1, workers >= 2, waves >= 1, wave_due >= 1 and waves * wave_due <= held")
 		}
 	case KindInterleave:
 		if len(in.Sessions) < 2 {
@@ -322,18 +472,79 @@ func (in *Scenario) Validate() error {
 	return nil
 }
 
-// SeedFor returns what the seed reported for a strategy, or "".
+// SeedFor returns what the seed reported for a strategy, or "". When this
+// input's numbers differ from the seed's own (SeedInput), it says so: the
+// seed's counts then describe another input.
 func (in *Scenario) SeedFor(name string) string {
-	if s, ok := in.Seed[name]; ok {
-		return s
+	s, ok := in.Seed[name]
+	if !ok {
+		s = in.Seed["any"]
 	}
-	return in.Seed["any"]
+	if s == "" {
+		return ""
+	}
+	if d := in.SeedInputDiffers(); d != "" {
+		s += " (on the seed's input; this one differs: " + d + ")"
+	}
+	return s
+}
+
+// Numbers are the scenario's sizes that its counts depend on, by name:
+// total (all SKUs), nodes, requests (the first phase of requests), and the
+// kind's own counts that are set.
+func (in *Scenario) Numbers() map[string]int {
+	out := map[string]int{"nodes": in.Nodes}
+	for _, s := range in.Stock {
+		out["total"] += s.Total
+	}
+	for _, p := range in.Phases {
+		if len(p.Requests) == 0 {
+			continue
+		}
+		for _, g := range p.Requests {
+			out["requests"] += g.Count * max(g.Groups, 1) * max(p.Repeat, 1)
+		}
+		break
+	}
+	for name, v := range map[string]int{"held": in.Held, "first_due": in.FirstDue, "workers": in.Workers,
+		"then_requests": in.ThenRequests, "release": in.Release, "confirmed": in.Confirmed, "waves": in.Waves,
+		"wave_due": in.WaveDue, "crashes": in.Crashes} {
+		if v != 0 {
+			out[name] = v
+		}
+	}
+	if in.Requests != 0 {
+		out["requests"] = in.Requests
+	}
+	return out
+}
+
+// SeedInputDiffers names the numbers in which this input differs from the
+// seed's own input, e.g. "requests 120, the seed's 150", or "".
+func (in *Scenario) SeedInputDiffers() string {
+	have := in.Numbers()
+	var diffs []string
+	for _, name := range sortedKeys(in.SeedInput) {
+		if want := in.SeedInput[name]; have[name] != want {
+			diffs = append(diffs, fmt.Sprintf("%s %d, the seed's %d", name, have[name], want))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (in *Scenario) stock(suffix string) []strategy.Stock {
 	out := make([]strategy.Stock, len(in.Stock))
 	for i, s := range in.Stock {
-		out[i] = strategy.Stock{SKU: s.SKU + suffix, Total: s.Total}
+		out[i] = strategy.Stock{SKU: s.SKU + suffix, Total: s.Total, Shares: s.Shares}
 	}
 	return out
 }

@@ -69,16 +69,18 @@ func runKillRelease(ctx context.Context, t *trial) error {
 		if i == 1 {
 			name = "second rerun"
 		}
-		var reported int
-		back, err := t.returned(ctx, func() { reported, _ = t.expireUntilDone(ctx, name, i) })
+		var reported, failed int
+		back, err := t.returned(ctx, func() { reported, failed = t.expireUntilDone(ctx, name, i) })
 		if err != nil {
 			return err
 		}
 		t.fact(label+": "+name, "%d units back", back)
 		t.check(strategy.ReturnOnce, name+" after the kill returns each due unit once", back == want && reported == back,
 			fmt.Sprintf("want %d back, the stock rose by %d, the job reported %d", want, back, reported))
+		t.check(strategy.ReturnOnce, "the expiry job never fails when no fault is injected", failed == 0,
+			fmt.Sprintf("%s: %d runs failed", name, failed))
 	}
-	return nil
+	return t.thenRequests(ctx)
 }
 
 // runKillReserve: a process holding uncommitted reservations (in one

@@ -55,7 +55,7 @@ func runNodeDeath(ctx context.Context, t *trial) error {
 			held++
 		}
 	}
-	share := strategy.ShareOf(in.Stock[0].Total, in.Nodes, 0)
+	share := t.cfg.Stock[0].Share(t.cfg.NodeCount(), 0)
 	t.fact("node 0 sells after the restart", "%d (its share %d, %d sold before)", held, share, in.Held)
 	t.check(strategy.SurvivesRestart, "a restarted node sells exactly what is left of its share", held == share-in.Held,
 		fmt.Sprintf("node 0 sold %d after the restart; %d of its %d were sold before", held, in.Held, share))

@@ -173,6 +173,8 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 		return runServerCrash, requirement{server: true}
 	case KindCommitTimeout:
 		return runCommitTimeout, requirement{server: true}
+	case KindExpiryRace:
+		return runExpiryRace, requirement{caps: strategy.Capabilities{Expire: true, Age: true}}
 	case KindNodeDeath:
 		return runNodeDeath, requirement{caps: strategy.Capabilities{CrashMidReserve: true, Restart: true}}
 	}

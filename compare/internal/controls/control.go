@@ -405,7 +405,7 @@ func (c *control) takeUnit(ctx context.Context, tx pgx.Tx, sku string) (bool, er
 		return err == nil, err
 	case soldOutWhenLocked:
 		var avail int
-		err := tx.QueryRow(ctx, c.t.q(`SELECT available FROM {stock} WHERE sku = $1 FOR UPDATE NOWAIT`), sku).Scan(&avail)
+		err := tx.QueryRow(ctx, c.t.q(`SELECT available FROM {stock} WHERE sku = $1 FOR NO KEY UPDATE NOWAIT`), sku).Scan(&avail)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 			return false, nil // the row is locked: "sold out"

@@ -1,0 +1,131 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A race bug shows only when two calls fall into one short window: two
+// inserts of one key both pass the arbiter's pre-check before either writes
+// its index entry (the seed's intermittent USER_LIMIT), two expiry jobs both
+// read the due ids before either commits. Goroutines released together hit
+// such a window by luck, in some trials. The gate makes it the rule: the
+// harness locks every table of the strategy's schema (ACCESS EXCLUSIVE, in
+// a transaction of its own), starts the calls, waits until they queue on
+// that lock, read from pg_blocking_pids the way PostgreSQL's isolation
+// tester reads it, and then rolls back: every queued statement is granted
+// its lock at once and they run side by side from the same instant.
+//
+// The gate only provokes orderings. No verdict depends on it: a check
+// judges the history and the durable state whatever the interleaving was.
+// When the calls stop joining the queue (some answer from memory, some
+// wait in the strategy for one another rather than for the gate) the gate
+// opens once the count of waiters stops growing: that pause paces the
+// provocation, it orders nothing a check relies on.
+
+// gateSettle is how long the count of calls queued on the gate may stay
+// unchanged, with calls still outside it, before the gate opens anyway.
+const gateSettle = 30 * time.Millisecond
+
+// gateMax bounds how long the gate stays closed.
+const gateMax = 3 * time.Second
+
+// concurrently runs f(0), ..., f(n-1) at once: behind the gate when the
+// scenario asks for it, else released together (Together).
+func (t *trial) concurrently(ctx context.Context, n int, f func(i int)) error {
+	if !t.in.Gate {
+		Together(n, f)
+		return nil
+	}
+	return t.gated(ctx, n, f)
+}
+
+// gated runs f(0..n-1) behind the gate.
+func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
+	conn, err := t.env.Admin.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // opening the gate; also on every error path
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	tables, err := gateTables(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if len(tables) == 0 { // nothing in the database to queue on (a strategy that keeps no tables)
+		Together(n, f)
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return fmt.Errorf("gate: lock the strategy's tables: %w", err)
+	}
+	gatePID := conn.Conn().PgConn().PID()
+
+	var finished atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Together(n, func(i int) {
+			defer finished.Add(1)
+			f(i)
+		})
+	}()
+
+	start, lastChange, last := time.Now(), time.Now(), -1
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		var queued int
+		if err := t.env.Admin.QueryRow(ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, gatePID).Scan(&queued); err != nil {
+			_ = tx.Rollback(ctx)
+			<-done
+			return fmt.Errorf("gate: count the calls queued on it: %w", err)
+		}
+		if queued != last {
+			last, lastChange = queued, time.Now()
+		}
+		outside := n - int(finished.Load()) - queued
+		if outside <= 0 || time.Since(lastChange) >= gateSettle && queued > 0 || time.Since(start) > gateMax {
+			break
+		}
+		select {
+		case <-done: // every call finished without reaching the gate
+			return nil
+		case <-tick.C:
+		}
+	}
+	t.vary("calls queued on the gate when it opened", last)
+	if err := tx.Rollback(ctx); err != nil {
+		<-done
+		return fmt.Errorf("gate: open: %w", err)
+	}
+	<-done
+	return nil
+}
+
+// gateTables lists the ordinary tables of the database's own schemas,
+// quoted: the strategy's tables, whatever it calls them.
+func gateTables(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+		ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("gate: list tables: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
