@@ -9,6 +9,11 @@
 //	docs/perf/*.png          plots (gonum.org/v1/plot)
 //	docs/performance.md      the report, generated from the above
 //
+// The report states findings only as far as the run's data support them;
+// what does not depend on the run (the method, the mechanisms behind the
+// effects, the caveats) is docs/performance-method.md, written by hand,
+// which the report links.
+//
 // Usage:
 //
 //	go run ./cmd/reservebench-bench              # the full sweep (make bench), under 15 minutes on 2 cores
@@ -63,15 +68,10 @@ func run() error {
 	flag.Parse()
 	logf0 := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	if *render != "" {
-		b, err := os.ReadFile(*render)
+		res, err := loadResults(*render)
 		if err != nil {
 			return err
 		}
-		var res results
-		if err := json.Unmarshal(b, &res); err != nil {
-			return fmt.Errorf("%s: %w", *render, err)
-		}
-		res.RenderedFrom = filepath.ToSlash(*render)
 		return res.writeReport(*outDir, *docPath, logf0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -188,6 +188,20 @@ type results struct {
 	// RenderedFrom is set (not stored) when the report is rendered again
 	// from a results.json with -render.
 	RenderedFrom string `json:"-"`
+}
+
+// loadResults reads a results.json for -render.
+func loadResults(path string) (*results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	res.RenderedFrom = filepath.ToSlash(path)
+	return &res, nil
 }
 
 type metaInfo struct {

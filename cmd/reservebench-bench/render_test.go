@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The committed run and the hand-written method doc the report links to.
+const (
+	committedResults = "../../docs/perf/results.json"
+	committedMethod  = "../../docs/" + methodDoc
+)
+
+// renderFile renders results.json at path the way -render does (plots and
+// report into dir) and returns the report.
+func renderFile(t *testing.T, path, dir string) []byte {
+	t.Helper()
+	res, err := loadResults(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same RenderedFrom whatever the temporary path: the report names it.
+	res.RenderedFrom = "docs/perf/results.json"
+	doc := filepath.Join(dir, "performance.md")
+	if err := res.writeReport(dir, doc, func(string, ...any) {}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRenderTwice: the report is a function of results.json alone.
+func TestRenderTwice(t *testing.T) {
+	a := renderFile(t, committedResults, t.TempDir())
+	b := renderFile(t, committedResults, t.TempDir())
+	if !bytes.Equal(a, b) {
+		t.Fatalf("two renders of %s differ (%d and %d bytes)", committedResults, len(a), len(b))
+	}
+}
+
+// TestRenderNamesOnlyFromData renders the committed run with every strategy
+// renamed: a strategy name that comes out anyway was written into the Go
+// code, not computed from the data.
+func TestRenderNamesOnlyFromData(t *testing.T) {
+	raw, err := os.ReadFile(committedResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadResults(committedResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := res.strategies()
+	// The names registered today, in case the committed run lacks one.
+	for _, n := range []string{"hotrow", "slotrows", "memquota", "memquota-recover", "advisorylock"} {
+		if !containsStr(names, n) {
+			names = append(names, n)
+		}
+	}
+	// Longest first, so that "memquota-recover" is renamed before "memquota".
+	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
+	renamed := string(raw)
+	var fresh []string
+	for i, n := range names {
+		to := "zz" + string(rune('a'+i)) + "strat"
+		renamed = strings.ReplaceAll(renamed, n, to)
+		fresh = append(fresh, to)
+	}
+	for _, n := range names {
+		if strings.Contains(renamed, n) {
+			t.Fatalf("renaming left %q in the JSON", n)
+		}
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(path, []byte(renamed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := string(renderFile(t, path, dir))
+	for _, line := range strings.Split(out, "\n") {
+		for _, n := range names {
+			if strings.Contains(line, n) {
+				t.Errorf("strategy name %q written by the code, not the data:\n%s", n, line)
+			}
+		}
+	}
+	for _, n := range fresh {
+		if strings.Contains(renamed, n) && !strings.Contains(out, "`"+n+"`") {
+			t.Errorf("renamed strategy %q is in the data but not in the report", n)
+		}
+	}
+}
+
+// TestFindingsFollowData removes what a finding rests on and checks that the
+// finding goes with it.
+func TestFindingsFollowData(t *testing.T) {
+	load := func() *results {
+		r, err := loadResults(committedResults)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	base := load().render("perf", nil)
+	for _, want := range []string{"MultiXact", "*Commits went one at a time.*", "*Holding the lock across a round trip", "the bound keeps goodput near the peak"} {
+		if !strings.Contains(base, want) {
+			t.Fatalf("the committed run no longer shows %q; pick another finding for this test", want)
+		}
+	}
+
+	// No MultiXact waits sampled: no MultiXact finding.
+	r := load()
+	for _, s := range r.Summaries {
+		for k := range s.Waits {
+			if strings.HasPrefix(k, "LWLock:MultiXact") {
+				delete(s.Waits, k)
+			}
+		}
+	}
+	if out := r.render("perf", nil); strings.Contains(out, "MultiXact") {
+		t.Error("MultiXact named although no MultiXact wait was sampled")
+	}
+
+	// Commits that shared flushes: no hot-row finding.
+	r = load()
+	for _, s := range r.Summaries {
+		s.WALSyncs.Median = 0.5
+	}
+	if out := r.render("perf", nil); strings.Contains(out, "one at a time") || strings.Contains(out, "hot row") {
+		t.Error("hot-row finding written although commits shared WAL flushes")
+	}
+
+	// No control scripts: nothing said about the controls.
+	r = load()
+	for k := range r.Caps {
+		r.Caps[k] = nil
+	}
+	var keep []*summary
+	for _, s := range r.Summaries {
+		if s.Cell.Exp != expControl {
+			keep = append(keep, s)
+		}
+	}
+	r.Summaries = keep
+	if out := r.render("perf", nil); strings.Contains(out, "update-only") || strings.Contains(out, "round trip makes it worse") {
+		t.Error("controls named although none ran")
+	}
+
+	// No admission phase: no admission findings.
+	r = load()
+	keep = nil
+	for _, s := range r.Summaries {
+		if s.Cell.Exp != expAdmission {
+			keep = append(keep, s)
+		}
+	}
+	r.Summaries = keep
+	if out := r.render("perf", nil); strings.Contains(out, "admission.Gate` at the same") || strings.Contains(out, "Keeping fewer transactions") {
+		t.Error("admission findings written although admission did not run")
+	}
+}
+
+// TestMethodAnchors: every link into the method doc lands on a heading.
+func TestMethodAnchors(t *testing.T) {
+	md, err := os.ReadFile(committedMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(md), "\n") {
+		if h, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
+			anchors[slug(h)] = true
+		}
+	}
+	res, err := loadResults(committedResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.render("perf", nil)
+	links := regexp.MustCompile(regexp.QuoteMeta(methodDoc)+`#([^)\s]+)\)`).FindAllStringSubmatch(out, -1)
+	if len(links) == 0 {
+		t.Fatal("the report links no section of the method doc")
+	}
+	for _, l := range links {
+		if !anchors[l[1]] {
+			t.Errorf("link to %s#%s: no such heading", methodDoc, l[1])
+		}
+	}
+}
+
+// slug is GitHub's anchor of a heading: lower case, punctuation dropped
+// (but - and _), spaces to hyphens.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
