@@ -71,7 +71,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 		t.Fatal(err)
 	}
 	if opts.Controls {
-		rep.Controls = runControls(ctx, Options{Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
+		rep.Controls = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
 	}
 	rep.Server = serverMajor(t, srv)
 	t.Logf("all strategies and controls in %v", time.Since(start).Round(time.Millisecond))

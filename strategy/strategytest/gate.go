@@ -17,8 +17,8 @@ import (
 // such a window by luck, in some trials. The gate makes it the rule: the
 // harness locks every table of the strategy's schema (ACCESS EXCLUSIVE, in
 // a transaction of its own), starts the calls, waits until they queue on
-// that lock, read from pg_blocking_pids the way PostgreSQL's isolation
-// tester reads it, and then rolls back: every queued statement is granted
+// that lock, read from the server's lock waits the way PostgreSQL's
+// isolation tester reads them, and then rolls back: every queued statement is granted
 // its lock at once and they run side by side from the same instant.
 //
 // The gate only provokes orderings. No verdict depends on it: a check
@@ -30,7 +30,7 @@ import (
 
 // gateSettle is how long the count of calls queued on the gate may stay
 // unchanged, with calls still outside it, before the gate opens anyway.
-const gateSettle = 30 * time.Millisecond
+const gateSettle = 15 * time.Millisecond
 
 // gateMax bounds how long the gate stays closed.
 const gateMax = 3 * time.Second
@@ -88,8 +88,13 @@ func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
 	defer tick.Stop()
 	for {
 		var queued int
+		// While the gate is closed nothing else runs in this database, so
+		// every lock wait in it is the gate's doing: a call queued on the
+		// gate itself, or one queued behind a call that is (a per-SKU
+		// advisory lock taken before the first table is touched).
 		if err := t.env.Admin.QueryRow(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, gatePID).Scan(&queued); err != nil {
+			`SELECT count(*) FROM pg_stat_activity
+			 WHERE datname = current_database() AND pid <> $1 AND wait_event_type = 'Lock'`, gatePID).Scan(&queued); err != nil {
 			_ = tx.Rollback(ctx)
 			<-done
 			return fmt.Errorf("gate: count the calls queued on it: %w", err)
