@@ -35,3 +35,35 @@ func KnownKey(req strategy.Request, r strategy.Reservation) strategy.Result {
 	}
 	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: r}
 }
+
+// SKUs maps each SKU of a deployment to its total; it is read-only after
+// Open.
+type SKUs map[string]int
+
+// NewSKUs is the SKUs of cfg.
+func NewSKUs(cfg strategy.Config) SKUs {
+	s := make(SKUs, len(cfg.Stock))
+	for _, st := range cfg.Stock {
+		s[st.SKU] = st.Total
+	}
+	return s
+}
+
+// CheckSKU returns strategy.UnknownSKU (a bad request) unless sku is one of
+// the deployment's.
+func (s SKUs) CheckSKU(sku string) error {
+	if _, ok := s[sku]; !ok {
+		return strategy.UnknownSKU(sku)
+	}
+	return nil
+}
+
+// Check is everything a strategy decides about a request without the
+// database: the contract's field checks (Request.Validate), then CheckSKU.
+// An error is a bad request: nothing may be written.
+func (s SKUs) Check(req strategy.Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	return s.CheckSKU(req.SKU)
+}

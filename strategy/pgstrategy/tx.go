@@ -15,12 +15,12 @@ import (
 // Tx is a transaction held open on a pool connection of its own, from Begin
 // to Commit or Rollback: what a strategy.Session or strategy.ExpirySession
 // is made of. A strategy embeds *Tx in its session type and adds Reserve or
-// ExpireDue, running them through Do.
+// ExpireDue, running them through InTx.
 //
-// Its methods serialise on a mutex. Exactly one of Commit or Rollback ends
-// it and gives the connection back to the pool; after the end, Do and
-// Commit return strategy.ErrSessionEnded and Rollback returns nil, as
-// strategy.Transaction says.
+// Its methods, and InTx, serialise on a mutex. Exactly one of Commit or
+// Rollback ends it and gives the connection back to the pool; after the end,
+// InTx and Commit return strategy.ErrSessionEnded and Rollback returns nil,
+// as strategy.Transaction says.
 type Tx struct {
 	name  string
 	hooks TxHooks
@@ -34,7 +34,7 @@ type Tx struct {
 
 // TxHooks keep state that a strategy holds outside the database (memquota's
 // counters) in step with the transaction. Each runs with the Tx's mutex
-// held, so it may read and write what the strategy's Do callbacks write.
+// held, so it may read and write what the strategy's InTx callbacks write.
 type TxHooks struct {
 	// AroundCommit, when set, runs in place of the plain COMMIT. It is given
 	// commit, which sends COMMIT and returns its error; it calls it at most
@@ -71,15 +71,34 @@ func Begin(ctx context.Context, db *pgxpool.Pool, name string, iso pgx.TxIsoLeve
 // Backends is the backend PID of the Tx's connection, valid from Begin on.
 func (t *Tx) Backends() []uint32 { return []uint32{t.pid} }
 
-// Do runs fn with the open transaction, under the Tx's mutex. After the end
-// it returns strategy.ErrSessionEnded without calling fn.
-func (t *Tx) Do(fn func(tx pgx.Tx) error) error {
+// InTx runs fn with t's open transaction, under t's mutex, and returns what
+// fn returns. After the end it returns strategy.ErrSessionEnded without
+// calling fn.
+func InTx[T any](t *Tx, fn func(tx pgx.Tx) (T, error)) (T, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
-		return strategy.ErrSessionEnded
+		var zero T
+		return zero, strategy.ErrSessionEnded
 	}
 	return fn(t.tx)
+}
+
+// AsSession returns s as a strategy.Session, and a nil interface (not a
+// typed nil) with err: OpenSession is `return pgstrategy.AsSession(n.open(ctx))`.
+func AsSession[S strategy.Session](s S, err error) (strategy.Session, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// AsExpirySession is AsSession for OpenExpirySession.
+func AsExpirySession[S strategy.ExpirySession](s S, err error) (strategy.ExpirySession, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Commit commits the transaction (through TxHooks.AroundCommit when set)
