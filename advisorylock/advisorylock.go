@@ -91,15 +91,18 @@ func New(opts Options) strategy.Meta {
 //go:embed schema.sql
 var schemaSQL string
 
+// schema is the strategy's tables for pgstrategy: the advisory lock key that
+// serialises their creation, and the last object schema.sql creates.
+// Every strategy declares its pgstrategy.Schema like this, with its own values.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "advisorylock_active_by_sku",
+	LockKey: 7283001,
+	Totals:  `SELECT sku, total FROM advisorylock_stock WHERE sku = ANY($1)`,
+}
+
 const (
-	// schemaLockKey serialises concurrent schema creation.
-	schemaLockKey = 7283001
-	// schemaLastObject is the last object of schema.sql.
-	schemaLastObject = "advisorylock_active_by_sku"
-
 	insertStockSQL = `INSERT INTO advisorylock_stock (sku, total) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
-
-	stockTotalsSQL = `SELECT sku, total FROM advisorylock_stock WHERE sku = ANY($1)`
 
 	// lockSKUSQL takes the SKU's lock until the transaction ends. The
 	// two-argument form keeps our keys apart from other users of advisory
@@ -150,13 +153,7 @@ const (
 // transaction; a SKU that already has stock fails the whole Open with an
 // error matching strategy.ErrStockExists.
 func Open(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
-			return err
-		}
+	err := schema.Load(ctx, cfg, func(tx pgx.Tx) error {
 		for _, s := range cfg.Stock {
 			tag, err := tx.Exec(ctx, insertStockSQL, s.SKU, s.Total)
 			if err != nil {
@@ -176,36 +173,35 @@ func Open(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, err
 
 // attach is Meta.Attach: it checks the stock another process loaded and
 // writes nothing.
+// Every strategy's attach has this shape (its options, then
+// pgstrategy.Schema.Attach, then its deployment) on purpose.
 func attach(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := pgstrategy.CheckStock(ctx, cfg.DB, stockTotalsSQL, cfg.Stock); err != nil {
+	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("advisorylock: %w", err)
 	}
 	return newDeployment(cfg), nil
 }
 
 func newDeployment(cfg strategy.Config) *Deployment {
-	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: make(map[string]bool, len(cfg.Stock))}
-	for _, s := range d.skus {
-		d.owns[s] = true
-	}
-	d.nodes = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) *node {
+	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
 	return d
 }
 
 // Deployment keeps nothing in memory but its SKUs: every node is a handle
-// on the pool, and a restart loses nothing.
+// on the pool, a restart loses nothing, and Node, Restart and Close are
+// pgstrategy.Handles'.
 type Deployment struct {
-	db    *pgxpool.Pool
-	skus  []string
-	owns  map[string]bool
-	nodes *pgstrategy.Handles[*node]
+	*pgstrategy.Handles
+	db   *pgxpool.Pool
+	skus []string
+	owns pgstrategy.SKUs
 }
 
+// Compile-time checks of what the package offers. Every strategy package has
+// such a list, alike on purpose: it is the package's row of capabilities.
 var (
 	_ strategy.Deployment          = (*Deployment)(nil)
 	_ strategy.Restarter           = (*Deployment)(nil)
@@ -219,16 +215,6 @@ var (
 	_ strategy.Session             = (*session)(nil)
 	_ strategy.ExpirySession       = (*session)(nil)
 )
-
-// Node returns node i; out of range it panics (strategy.CheckNode).
-func (d *Deployment) Node(i int) strategy.Strategy { return d.nodes.Node(i) }
-
-// Restart puts a new handle in place of node i; the old one answers
-// strategy.ErrNodeClosed.
-func (d *Deployment) Restart(_ context.Context, i int) error { return d.nodes.Restart(i) }
-
-// Close closes every node; the pool and the data stay.
-func (d *Deployment) Close() error { return d.nodes.Close() }
 
 // Audit reports total, active and the derived available (total - active)
 // of each SKU of the deployment.
@@ -255,28 +241,14 @@ func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// check validates req and that its SKU is one of the deployment's.
-func (d *Deployment) check(req strategy.Request) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	if !d.owns[req.SKU] {
-		return strategy.UnknownSKU(req.SKU)
-	}
-	return nil
-}
-
 type node struct {
 	*pgstrategy.Handle
 	d *Deployment
 }
 
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := n.d.check(req); err != nil {
-		return strategy.BadRequest(err)
-	}
-	if err := n.Check(); err != nil {
-		return strategy.Result{}, err
+	if res, err := n.Admit(n.d.owns, req); err != nil {
+		return res, err
 	}
 	var res strategy.Result
 	var badReq error
@@ -359,11 +331,8 @@ func lookup(ctx context.Context, q pgstrategy.Querier, key string) (strategy.Res
 }
 
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if err := n.Check(); err != nil {
-		return strategy.Reservation{}, err
-	}
-	if !strategy.Storable(key) {
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
 	}
 	r, _, err := lookup(ctx, n.d.db, key)
 	if err != nil {
@@ -373,11 +342,8 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 }
 
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return false, err
-	}
-	if !strategy.Storable(key) {
-		return false, nil
 	}
 	tag, err := n.d.db.Exec(ctx, confirmSQL, key, mode == strategy.ConfirmUntilExpired, n.d.skus)
 	if err != nil {
@@ -387,11 +353,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 }
 
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
-	}
-	if !strategy.Storable(key) {
-		return 0, nil
 	}
 	tag, err := n.d.db.Exec(ctx, releaseSQL, key, n.d.skus)
 	if err != nil {
@@ -425,53 +388,34 @@ type session struct {
 	d *Deployment
 }
 
+// OpenSession holds an attempt open.
+// (OpenSession, OpenExpirySession and openSession have the same shape in
+// every strategy package on purpose: the plumbing is pgstrategy's, what
+// stays is the package's own session type.)
 func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsSession(n.openSession(ctx))
 }
 
 func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsExpirySession(n.openSession(ctx))
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	if err := n.Check(); err != nil {
-		return nil, err
-	}
-	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, "", pgstrategy.TxHooks{})
+	tx, err := n.BeginTx(ctx, n.d.db, Name, "", pgstrategy.TxHooks{})
 	if err != nil {
-		return nil, fmt.Errorf("advisorylock: session: %w", err)
+		return nil, err
 	}
 	return &session{Tx: tx, d: n.d}, nil
 }
 
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := s.d.check(req); err != nil {
+	if err := s.d.owns.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	var res strategy.Result
-	err := s.Do(func(tx pgx.Tx) error {
-		var err error
-		res, err = reserveIn(ctx, tx, req)
-		return err
-	})
-	return res, err
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req) })
 }
 
 // ExpireDue runs the expiry job inside the session (kill-release scenario).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	var units int
-	err := s.Do(func(tx pgx.Tx) error {
-		var err error
-		units, err = expireIn(ctx, tx, s.d.skus)
-		return err
-	})
-	return units, err
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (int, error) { return expireIn(ctx, tx, s.d.skus) })
 }

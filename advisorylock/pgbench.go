@@ -1,15 +1,12 @@
 package advisorylock
 
 import (
-	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-// PgbenchScript returns a pgbench custom script that replays the SQL of one
-// reservation on its way to HELD, for the side-by-side runs of package bench
-// (it implements bench.PgbenchScripter without importing it). The statements
-// are this package's own constants, in the order reserveIn sends them inside
-// pgx.BeginFunc:
+// PgbenchScript is bench.PgbenchScripter's (implemented without importing
+// bench): this package's own constants, in the order reserveIn sends them
+// inside pgx.BeginFunc:
 //
 //	begin
 //	lockSKUSQL, lookupSQL, countSQL, activeOfUserSQL
@@ -21,8 +18,8 @@ import (
 // The SOLD_OUT and USER_LIMIT answers (a commit after the reads, no insert)
 // are not in the script, which is for stock that does not sell out.
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
-	if !d.owns[sku] {
-		return "", strategy.UnknownSKU(sku)
+	if err := d.owns.CheckSKU(sku); err != nil {
+		return "", err
 	}
 	return pgstrategy.PgbenchScript(
 		`\set ttl_s :ttl_us / 1000000`,

@@ -108,44 +108,34 @@ func New(opts Options) strategy.Meta {
 //go:embed schema.sql
 var schemaSQL string
 
-// schemaLockKey is the pg_advisory_xact_lock key that serialises schema
-// creation between concurrent Opens ("hotrow" in ASCII).
-const schemaLockKey int64 = 0x686f74726f77
+// schema is hotrow's tables for pgstrategy: the advisory lock key that
+// serialises their creation ("hotrow" in ASCII), and reservation_one_active,
+// the last object schema.sql creates.
+// Every strategy declares its pgstrategy.Schema like this, with its own values.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "reservation_one_active",
+	LockKey: 0x686f74726f77,
+	Totals:  `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`,
+}
 
-const (
-	// reservation_one_active is the last object schema.sql creates, all in
-	// one transaction: when it exists, the schema is complete and Open runs
-	// no DDL (pgstrategy.CreateSchema).
-	schemaLastObject = "reservation_one_active"
-	// sqlInsertStock loads the stock; a SKU that already has a row is left
-	// alone and missing from RETURNING, and Open rolls everything back.
-	sqlInsertStock = `
+// sqlInsertStock loads the stock; a SKU that already has a row is left
+// alone and missing from RETURNING, and Open rolls everything back.
+const sqlInsertStock = `
 INSERT INTO sku_stock (sku, total, available)
 SELECT sku, total, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
 ON CONFLICT (sku) DO NOTHING
 RETURNING sku`
-	// sqlStockTotals reads the totals an attaching deployment expects to find.
-	sqlStockTotals = `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`
-)
 
 // Open deploys hotrow over cfg.DB: it validates cfg and opts before writing
 // anything, then, in one transaction, creates the schema if it is missing
 // and loads cfg.Stock. A SKU that already has stock fails the whole Open
 // with an error matching strategy.ErrStockExists, and nothing is inserted.
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
-			return err
-		}
-		return insertStock(ctx, tx, cfg.Stock)
-	})
-	if err != nil {
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return insertStock(ctx, tx, cfg.Stock) }); err != nil {
 		return nil, fmt.Errorf("hotrow: open: %w", err)
 	}
 	return newDeployment(cfg, opts), nil
@@ -156,14 +146,13 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 // strategy.ErrConfig) and returns a deployment over it, as a second process
 // of the service would. Nothing else differs from Open: hotrow keeps no
 // state in memory.
+// Every strategy's attach has this shape (its options, then
+// pgstrategy.Schema.Attach, then its deployment) on purpose.
 func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := pgstrategy.CheckStock(ctx, cfg.DB, sqlStockTotals, cfg.Stock); err != nil {
+	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("hotrow: %w", err)
 	}
 	return newDeployment(cfg, opts), nil
@@ -175,12 +164,9 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		iso:        opts.isolation(),
 		maxRetries: opts.maxRetries(),
 		skus:       cfg.SKUs(),
-		owns:       make(map[string]bool, len(cfg.Stock)),
+		owns:       pgstrategy.NewSKUs(cfg),
 	}
-	for _, s := range d.skus {
-		d.owns[s] = true
-	}
-	d.nodes = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) *node {
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
 	return d
@@ -196,45 +182,38 @@ func insertStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock) error {
 	if err != nil {
 		return fmt.Errorf("stock: insert: %w", err)
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("stock: insert: %w", err)
-	}
-	if len(inserted) != len(stock) {
-		fresh := make(map[string]bool, len(inserted))
-		for _, s := range inserted {
-			fresh[s] = true
-		}
-		var existing []string
-		for _, s := range skus {
-			if !fresh[s] {
-				existing = append(existing, s)
-			}
-		}
-		return fmt.Errorf("%w: %s", strategy.ErrStockExists, strings.Join(existing, ", "))
-	}
-	return nil
+	return pgstrategy.AllInserted(rows, skus)
 }
 
 // Deployment is hotrow deployed over one database. Its nodes are handles on
 // the same pool and keep nothing in memory but the deployment's SKU list, so
-// a restart loses nothing. It implements strategy.Deployment,
-// strategy.Restarter and strategy.Ager.
+// a restart loses nothing: Node, Restart and Close are pgstrategy.Handles'.
+// It implements strategy.Deployment, strategy.Restarter and strategy.Ager.
 type Deployment struct {
+	*pgstrategy.Handles
 	db         *pgxpool.Pool
 	iso        pgx.TxIsoLevel
 	maxRetries int
 	skus       []string
-	owns       map[string]bool // read-only after Open
-	nodes      *pgstrategy.Handles[*node]
+	owns       pgstrategy.SKUs
 
 	retries atomic.Int64
 }
 
+// Compile-time checks of what the package offers. Every strategy package has
+// such a list, alike on purpose: it is the package's row of capabilities.
 var (
-	_ strategy.Deployment = (*Deployment)(nil)
-	_ strategy.Restarter  = (*Deployment)(nil)
-	_ strategy.Ager       = (*Deployment)(nil)
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.Session             = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
 )
 
 // Retries is the number of transactions the deployment's nodes reran after a
@@ -243,18 +222,6 @@ var (
 // every node including restarted ones. It stays 0 under READ COMMITTED in
 // every test of this package.
 func (d *Deployment) Retries() int64 { return d.retries.Load() }
-
-// Node returns node i; out of range it panics (strategy.CheckNode).
-func (d *Deployment) Node(i int) strategy.Strategy { return d.nodes.Node(i) }
-
-// Restart closes node i (its handle answers strategy.ErrNodeClosed from now
-// on) and puts a fresh node in its place. There is nothing to recover: the
-// stock row and the reservations are the whole state.
-func (d *Deployment) Restart(_ context.Context, i int) error { return d.nodes.Restart(i) }
-
-// Close closes every node. The pool belongs to the caller and stays open;
-// sessions already open stay usable until they end.
-func (d *Deployment) Close() error { return d.nodes.Close() }
 
 // sqlAudit reads stock and active reservations in one statement, so one
 // snapshot: the three numbers belong together.
@@ -312,12 +279,3 @@ type node struct {
 	*pgstrategy.Handle
 	d *Deployment
 }
-
-var (
-	_ strategy.Strategy            = (*node)(nil)
-	_ strategy.Confirmer           = (*node)(nil)
-	_ strategy.Releaser            = (*node)(nil)
-	_ strategy.Expirer             = (*node)(nil)
-	_ strategy.SessionOpener       = (*node)(nil)
-	_ strategy.ExpirySessionOpener = (*node)(nil)
-)

@@ -1,14 +1,11 @@
 package hotrow
 
 import (
-	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-// PgbenchScript returns a pgbench custom script that replays the SQL of one
-// reservation on its way to HELD, for the side-by-side runs of package bench
-// (it implements bench.PgbenchScripter without importing it). The statements
-// are this package's own constants, in the order Node.Reserve sends them:
+// PgbenchScript is bench.PgbenchScripter's (implemented without importing
+// bench): hotrow's own constants, in the order Node.Reserve sends them:
 //
 //	begin isolation level <the deployment's level>   (pgx's BeginTx text)
 //	SAVEPOINT hotrow_reserve
@@ -22,8 +19,8 @@ import (
 // the statement, so the script is for stock that does not sell out. Retries
 // after 40001 are not replayed either (READ COMMITTED needs none).
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
-	if !d.owns[sku] {
-		return "", strategy.UnknownSKU(sku)
+	if err := d.owns.CheckSKU(sku); err != nil {
+		return "", err
 	}
 	return pgstrategy.PgbenchScript(
 		d.beginSQL(),
@@ -53,8 +50,8 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 // reservation row, the third writes a HELD row without a unit (its audit
 // drifts by construction).
 func (d *Deployment) PgbenchControls(sku string) (map[string]string, error) {
-	if !d.owns[sku] {
-		return nil, strategy.UnknownSKU(sku)
+	if err := d.owns.CheckSKU(sku); err != nil {
+		return nil, err
 	}
 	update := pgstrategy.PgbenchSQL(sqlTakeUnit, "sku")
 	insert := pgstrategy.PgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us")

@@ -14,6 +14,8 @@ import (
 
 // The reservation, step by step (seed 000, Inventory.reserveInTx). Every
 // statement runs inside the caller's transaction.
+// Each strategy keeps its own SQL over its own tables; where the contract's
+// steps are alike, so are the statements.
 const (
 	sqlSavepoint           = `SAVEPOINT hotrow_reserve`
 	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT hotrow_reserve`
@@ -182,27 +184,12 @@ func scanReservation(row pgx.Row) (strategy.Reservation, error) {
 	return r, err
 }
 
-// checkRequest is everything decided without the database: the contract's
-// field checks, then whether the SKU is one of this deployment's.
-func (d *Deployment) checkRequest(req strategy.Request) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	if !d.owns[req.SKU] {
-		return strategy.UnknownSKU(req.SKU)
-	}
-	return nil
-}
-
 // Reserve runs reserveInTx in its own transaction at the deployment's
 // isolation level and commits it, rerunning the whole transaction after
 // 40001 or 40P01 (Options.MaxRetries).
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := n.d.checkRequest(req); err != nil {
-		return strategy.BadRequest(err)
-	}
-	if err := n.Check(); err != nil {
-		return strategy.Result{}, err
+	if res, err := n.Admit(n.d.owns, req); err != nil {
+		return res, err
 	}
 	var res strategy.Result
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
@@ -222,11 +209,8 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 // Lookup reads the committed reservation with this key, whatever its SKU:
 // request keys are unique across the whole table.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if err := n.Check(); err != nil {
-		return strategy.Reservation{}, err
-	}
-	if !strategy.Storable(key) {
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
 	}
 	r, _, err := lookupIn(ctx, n.d.db, key)
 	if err != nil {

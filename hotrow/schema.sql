@@ -14,6 +14,8 @@ CREATE TABLE IF NOT EXISTS sku_stock (
 
 -- One row per request key, whatever happened to it later. Rows are never
 -- deleted, so a key seen once is answered REPLAY or KEY_REUSED forever.
+-- Its columns are the contract's Reservation, as in every strategy's own
+-- reservation table: alike on purpose, and never shared between strategies.
 CREATE TABLE IF NOT EXISTS reservation (
     reservation_id bigserial   PRIMARY KEY,
     request_key    text        NOT NULL,

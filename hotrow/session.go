@@ -20,38 +20,25 @@ type session struct {
 	d *Deployment
 }
 
-var (
-	_ strategy.Session       = (*session)(nil)
-	_ strategy.ExpirySession = (*session)(nil)
-)
-
 // OpenSession takes a connection from the pool for the session's whole life
 // and begins its transaction. The connection goes back to the pool at Commit
 // or Rollback.
+// (OpenSession, OpenExpirySession and openSession have the same shape in
+// every strategy package on purpose: the plumbing is pgstrategy's, what
+// stays is the package's own session type.)
 func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsSession(n.openSession(ctx))
 }
 
 // OpenExpirySession opens the same kind of session, for the expiry job.
 func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsExpirySession(n.openSession(ctx))
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	if err := n.Check(); err != nil {
-		return nil, err
-	}
-	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, n.d.iso, pgstrategy.TxHooks{})
+	tx, err := n.BeginTx(ctx, n.d.db, Name, n.d.iso, pgstrategy.TxHooks{})
 	if err != nil {
-		return nil, fmt.Errorf("hotrow: open session: %w", err)
+		return nil, err
 	}
 	return &session{Tx: tx, d: n.d}, nil
 }
@@ -61,14 +48,11 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 // (40001 under REPEATABLE READ, for one) the transaction is aborted and the
 // caller rolls back.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := s.d.checkRequest(req); err != nil {
+	if err := s.d.owns.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	var res strategy.Result
-	err := s.Do(func(tx pgx.Tx) error {
-		var err error
-		res, err = reserveInTx(ctx, tx, req)
-		return err
+	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
+		return reserveInTx(ctx, tx, req)
 	})
 	switch {
 	case errors.Is(err, strategy.ErrBadRequest):
@@ -85,9 +69,9 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 // commit returns nothing, and a rerun returns every unit once (seed C28-09;
 // TestSessionExpireKilled). Like Reserve, it is never retried.
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	var units int
-	err := s.Do(func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, sqlExpireDue, s.d.skus).Scan(&units)
+	units, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (units int, err error) {
+		err = tx.QueryRow(ctx, sqlExpireDue, s.d.skus).Scan(&units)
+		return units, err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("hotrow: session expire due: %w", err)

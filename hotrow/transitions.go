@@ -15,6 +15,8 @@ import (
 // failing with 40001 and retrying (REPEATABLE READ, SERIALIZABLE), move
 // nothing. Units come back only for rows the statement itself moved
 // (RETURNING), in the same statement, so the same transaction.
+// Each strategy keeps its own SQL over its own tables; where the contract's
+// steps are alike, so are the statements.
 const (
 	// sqlConfirmBeforeExpiry: HELD -> CONFIRMED while expires_at has not
 	// passed (seed 000, figure 28-1).
@@ -69,11 +71,8 @@ SELECT coalesce(sum(n), 0)::int FROM back`
 // ConfirmUntilExpired only that no expiry or release has moved it. A key of
 // another deployment's SKU is not confirmed here.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return false, err
-	}
-	if !strategy.Storable(key) {
-		return false, nil
 	}
 	query := sqlConfirmBeforeExpiry
 	if mode == strategy.ConfirmUntilExpired {
@@ -94,11 +93,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 // Release moves the reservation from HELD to RELEASED and gives its unit
 // back, in one statement; it returns 1 if this call moved the row, else 0.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
-	}
-	if !strategy.Storable(key) {
-		return 0, nil
 	}
 	var units int
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {

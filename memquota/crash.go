@@ -19,10 +19,10 @@ func (d *Deployment) CrashMidReserve(_ context.Context, i int, req strategy.Requ
 	d.life.RLock()
 	defer d.life.RUnlock()
 	n := d.nodes[i].Load()
-	if n.dead.Load() {
-		return strategy.ErrNodeClosed
+	if err := n.Check(); err != nil {
+		return err
 	}
-	if err := n.check(req); err != nil {
+	if err := n.d.known.Check(req); err != nil {
 		return err
 	}
 	// Step 1 of node.reserve, and the request dies before logSale.

@@ -18,14 +18,16 @@ import (
 //go:embed schema.sql
 var schemaSQL string
 
-// schemaLockKey is the advisory lock that serialises schema creation: two
-// concurrent CREATE TABLE IF NOT EXISTS can otherwise both miss the table and
-// one fails on the catalog's unique index.
-const schemaLockKey = 0x6d656d71756f7461 // "memquota"
-
-// schemaLastObject is the last object of schema.sql: when it exists, Open
-// runs no DDL (pgstrategy.CreateSchema).
-const schemaLastObject = "memquota_sale_due"
+// schema is strategy C's tables for pgstrategy: the advisory lock key that
+// serialises their creation ("memquota" in ASCII), and memquota_sale_due,
+// the last object of schema.sql.
+// Every strategy declares its pgstrategy.Schema like this, with its own values.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "memquota_sale_due",
+	LockKey: 0x6d656d71756f7461,
+	Totals:  `SELECT sku, total FROM memquota_stock WHERE sku = ANY($1)`,
+}
 
 // Deployment is strategy C over one database: its nodes, each with its own
 // in-memory counters, and the durable sales log they share. All nodes live in
@@ -35,7 +37,7 @@ type Deployment struct {
 	db    *pgxpool.Pool
 	opts  Options
 	skus  []string
-	known map[string]bool
+	known pgstrategy.SKUs
 	nodes []atomic.Pointer[node]
 
 	// life orders restarts against everything that moves units between
@@ -51,24 +53,34 @@ type Deployment struct {
 	closed atomic.Bool // Close was called: no restart any more
 }
 
+// Compile-time checks of what the package offers. Every strategy package has
+// such a list, alike on purpose: it is the package's row of capabilities.
 var (
-	_ strategy.Deployment     = (*Deployment)(nil)
-	_ strategy.Restarter      = (*Deployment)(nil)
-	_ strategy.Ager           = (*Deployment)(nil)
-	_ strategy.ReserveCrasher = (*Deployment)(nil)
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.ReserveCrasher      = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.Session             = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
 )
 
-// Open deploys strategy C over cfg.DB: it validates cfg, creates the schema
-// when missing, writes the stock and every node's share in one transaction
-// and starts the nodes with their shares. A SKU that already has stock fails
-// the whole Open with an error matching strategy.ErrStockExists, and nothing
-// is written.
+// Open deploys strategy C over cfg.DB: it validates cfg, then in one
+// transaction creates the schema when missing and writes the stock and every
+// node's share, and starts the nodes with their shares. A SKU that already
+// has stock fails the whole Open with an error matching
+// strategy.ErrStockExists, and nothing is written.
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := check(cfg, opts); err != nil {
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := writeStock(ctx, cfg.DB, cfg.Stock, cfg.NodeCount()); err != nil {
-		return nil, err
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return writeStock(ctx, tx, cfg.Stock, cfg.NodeCount()) }); err != nil {
+		return nil, fmt.Errorf("memquota: open: %w", err)
 	}
 	return start(ctx, cfg, opts)
 }
@@ -79,10 +91,10 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 // They are a second process holding the same shares: from config, the
 // whole shares again (an oversell waiting to happen, as in a restart).
 func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := check(cfg, opts); err != nil {
+	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := pgstrategy.CheckStock(ctx, cfg.DB, stockTotalsSQL, cfg.Stock); err != nil {
+	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("memquota: %w", err)
 	}
 	var sku string
@@ -98,15 +110,9 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 	return start(ctx, cfg, opts)
 }
 
-func check(cfg strategy.Config, opts Options) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if opts.Restart != FromConfig && opts.Restart != FromLog {
-		return fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, opts.Restart)
-	}
-	return nil
-}
+// otherNodesSQL finds a SKU whose stock is split over another number of
+// nodes than $2.
+const otherNodesSQL = `SELECT sku, nodes FROM memquota_stock WHERE sku = ANY($1) AND nodes <> $2 LIMIT 1`
 
 // start builds the deployment over stock in the database and starts its
 // nodes (Deployment.start).
@@ -116,11 +122,8 @@ func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment,
 		db:    cfg.DB,
 		opts:  opts,
 		skus:  cfg.SKUs(),
-		known: make(map[string]bool, len(cfg.Stock)),
+		known: pgstrategy.NewSKUs(cfg),
 		nodes: make([]atomic.Pointer[node], n),
-	}
-	for _, s := range cfg.Stock {
-		d.known[s.SKU] = true
 	}
 	for i := 0; i < n; i++ {
 		nd, err := d.start(ctx, i)
@@ -132,17 +135,9 @@ func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment,
 	return d, nil
 }
 
-const (
-	// stockTotalsSQL reads the totals an attaching deployment expects to find.
-	stockTotalsSQL = `SELECT sku, total FROM memquota_stock WHERE sku = ANY($1)`
-	// otherNodesSQL finds a SKU whose stock is split over another number of
-	// nodes than $2.
-	otherNodesSQL = `SELECT sku, nodes FROM memquota_stock WHERE sku = ANY($1) AND nodes <> $2 LIMIT 1`
-)
-
-// writeStock inserts the stock rows and the shares in one transaction. A SKU
-// that exists already rolls everything back.
-func writeStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, nodes int) error {
+// writeStock inserts the stock rows and the shares in tx. A SKU that exists
+// already fails it, and the caller's transaction rolls everything back.
+func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes int) error {
 	skus := make([]string, len(stock))
 	totals := make([]int32, len(stock))
 	var shareSKUs []string
@@ -152,42 +147,18 @@ func writeStock(ctx context.Context, db *pgxpool.Pool, stock []strategy.Stock, n
 		for n := 0; n < nodes; n++ {
 			shareSKUs = append(shareSKUs, s.SKU)
 			shareNodes = append(shareNodes, int32(n))
-			shares = append(shares, int32(strategy.ShareOf(s.Total, nodes, n)))
+			shares = append(shares, int32(s.Share(nodes, n)))
 		}
 	}
-	var existing []string
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, insertStockSQL, skus, totals, nodes)
-		if err != nil {
-			return err
-		}
-		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if len(inserted) != len(skus) {
-			got := make(map[string]bool, len(inserted))
-			for _, s := range inserted {
-				got[s] = true
-			}
-			for _, s := range skus {
-				if !got[s] {
-					existing = append(existing, s)
-				}
-			}
-			return strategy.ErrStockExists // rolls back the transaction
-		}
-		_, err = tx.Exec(ctx, insertShareSQL, shareSKUs, shareNodes, shares)
+	rows, err := tx.Query(ctx, insertStockSQL, skus, totals, nodes)
+	if err != nil {
+		return fmt.Errorf("stock: insert: %w", err)
+	}
+	if err := pgstrategy.AllInserted(rows, skus); err != nil {
 		return err
-	})
-	switch {
-	case errors.Is(err, strategy.ErrStockExists):
-		return fmt.Errorf("memquota: %w: %q", strategy.ErrStockExists, existing)
-	case err != nil:
-		return fmt.Errorf("memquota: write stock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, insertShareSQL, shareSKUs, shareNodes, shares); err != nil {
+		return fmt.Errorf("shares: insert: %w", err)
 	}
 	return nil
 }
@@ -274,7 +245,7 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 		return err
 	}
 	old := d.nodes[i].Swap(nd)
-	old.dead.Store(true)
+	old.MarkClosed()
 	return nil
 }
 
@@ -282,7 +253,7 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 func (d *Deployment) Close() error {
 	d.closed.Store(true)
 	for i := range d.nodes {
-		d.nodes[i].Load().dead.Store(true)
+		d.nodes[i].Load().MarkClosed()
 	}
 	return nil
 }

@@ -115,6 +115,7 @@ package memquota
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
@@ -141,6 +142,13 @@ type Options struct {
 	// Restart is what a node's counters start from after Deployment.Restart,
 	// and in a deployment opened with Meta.Attach.
 	Restart RestartMode
+}
+
+func (o Options) validate() error {
+	if o.Restart != FromConfig && o.Restart != FromLog {
+		return fmt.Errorf("%w: unknown restart mode %d", strategy.ErrConfig, o.Restart)
+	}
+	return nil
 }
 
 // errCrashed is what a reserve returns when Deployment.CrashMidReserve made

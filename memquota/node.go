@@ -39,10 +39,10 @@ func (c *counter) put() { c.n.Add(1) }
 
 // node is one node of a Deployment: a process with its own counters.
 type node struct {
-	d        *Deployment
-	id       int
-	counters map[string]*counter // one per SKU; the map is never written after start
-	dead     atomic.Bool         // restarted or closed
+	d                 *Deployment
+	id                int
+	counters          map[string]*counter // one per SKU; the map is never written after start
+	pgstrategy.Handle                     // Check: ErrNodeClosed once restarted or closed
 
 	fmu     sync.Mutex
 	flights map[string]*flight // requests in flight on this node, by key, user and sku
@@ -78,32 +78,11 @@ type flight struct {
 	err  error
 }
 
-var (
-	_ strategy.Strategy            = (*node)(nil)
-	_ strategy.Confirmer           = (*node)(nil)
-	_ strategy.Releaser            = (*node)(nil)
-	_ strategy.Expirer             = (*node)(nil)
-	_ strategy.SessionOpener       = (*node)(nil)
-	_ strategy.ExpirySessionOpener = (*node)(nil)
-)
-
 // querier is what the reserve path needs: a connection of the pool for a
 // plain request, the session's transaction for an attempt held open.
 type querier interface {
 	pgstrategy.Querier
 	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// check validates a request: its fields, then whether the deployment sells
-// the SKU. Both are BAD_REQUEST with nothing written.
-func (n *node) check(req strategy.Request) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	if !n.d.known[req.SKU] {
-		return strategy.UnknownSKU(req.SKU)
-	}
-	return nil
 }
 
 // Reserve asks this node for one unit: the counter first, then the log.
@@ -115,7 +94,7 @@ func (n *node) check(req strategy.Request) error {
 // rest although their key is held. Copies on other nodes meet in the log's
 // unique index instead.
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := n.check(req); err != nil {
+	if err := n.d.known.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
 	id := req.Key + "\x1f" + req.User + "\x1f" + req.SKU // Validate rejects control characters
@@ -159,8 +138,8 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 func (n *node) reservePlain(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
-	if n.dead.Load() {
-		return strategy.Result{}, strategy.ErrNodeClosed
+	if err := n.Check(); err != nil {
+		return strategy.Result{}, err
 	}
 	n.d.settleSome(ctx)
 	conn, err := n.d.db.Acquire(ctx)
@@ -365,11 +344,8 @@ func lookup(ctx context.Context, q pgstrategy.Querier, key string) (strategy.Res
 
 // Lookup returns the reservation with this key from the sales log.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if n.dead.Load() {
-		return strategy.Reservation{}, strategy.ErrNodeClosed
-	}
-	if !strategy.Storable(key) {
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
 	}
 	r, err := lookup(ctx, n.d.db, key)
 	if err != nil {
@@ -398,11 +374,8 @@ RETURNING node, sku`
 // Confirm moves a HELD reservation of the deployment to CONFIRMED. The unit
 // stays sold, so no counter changes.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if n.dead.Load() {
-		return false, strategy.ErrNodeClosed
-	}
-	if !strategy.Storable(key) {
-		return false, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return false, err
 	}
 	stmt := confirmBeforeExpirySQL
 	if mode == strategy.ConfirmUntilExpired {
@@ -418,8 +391,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 // Release moves a HELD reservation to RELEASED and gives its unit back to
 // the node that sold it.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if !strategy.Storable(key) {
-		return 0, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return 0, err
 	}
 	units, err := n.transition(ctx, true, releaseSQL, key, n.d.skus)
 	if err != nil {
@@ -464,8 +437,8 @@ func moveRows(ctx context.Context, q pgstrategy.Querier, stmt string, args ...an
 func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args ...any) (int, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
-	if n.dead.Load() {
-		return 0, strategy.ErrNodeClosed
+	if err := n.Check(); err != nil {
+		return 0, err
 	}
 	moved, err := moveRows(ctx, n.d.db, stmt, args...)
 	if err != nil {

@@ -1,17 +1,13 @@
 package memquota
 
 import (
-	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-// PgbenchScript returns a pgbench custom script with the database part of
-// one reservation on its way to HELD, for the side-by-side runs of package
-// bench (it implements bench.PgbenchScripter without importing it).
-//
-// Only the database part can be replayed: the node's in-memory counter,
-// which decides whether a unit is left, is not in PostgreSQL at all. What a
-// reservation sends when its node has a unit is one statement in autocommit,
+// PgbenchScript is bench.PgbenchScripter's (implemented without importing
+// bench), for the database part of a reservation only: the node's in-memory
+// counter, which decides whether a unit is left, is not in PostgreSQL at
+// all. What a reservation sends when its node has a unit is one statement in autocommit,
 // insertSQL, and that is the script:
 //
 //	\set node 0, \set lock hash_fnv1a(:key), \set attempt random(...)
@@ -23,8 +19,8 @@ import (
 // its rows are not counted by the node: a deployment pgbench wrote to fails
 // its audit by construction (drift = -rows written). Use a fresh one.
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
-	if !d.known[sku] {
-		return "", strategy.UnknownSKU(sku)
+	if err := d.known.CheckSKU(sku); err != nil {
+		return "", err
 	}
 	return pgstrategy.PgbenchScript(
 		`\set node 0`,

@@ -30,48 +30,35 @@ type session struct {
 	*pgstrategy.Tx
 	n *node
 
-	// Written inside Tx.Do and read by the Tx's hooks, all under the Tx's
+	// Written inside pgstrategy.InTx and read by the Tx's hooks, all under the Tx's
 	// mutex.
 	taken    []doubt // the units this attempt took from n's counters, with their rows
 	returned []owned // units its expiry job moved out of HELD, given back on commit
 }
 
-var (
-	_ strategy.Session       = (*session)(nil)
-	_ strategy.ExpirySession = (*session)(nil)
-)
-
 // OpenSession starts an attempt held open on a dedicated connection from the
 // deployment's pool.
+// (OpenSession, OpenExpirySession and openSession have the same shape in
+// every strategy package on purpose: the plumbing is pgstrategy's, what
+// stays is the package's own session type.)
 func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsSession(n.openSession(ctx))
 }
 
 // OpenExpirySession starts the expiry job held open, in the same kind of
 // session.
 func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsExpirySession(n.openSession(ctx))
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	if n.dead.Load() {
-		return nil, strategy.ErrNodeClosed
-	}
 	s := &session{n: n}
-	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, "", pgstrategy.TxHooks{
+	tx, err := n.BeginTx(ctx, n.d.db, Name, "", pgstrategy.TxHooks{
 		AroundCommit:  s.aroundCommit,
 		AfterRollback: s.giveBack,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("memquota: open session: %w", err)
+		return nil, err
 	}
 	s.Tx = tx
 	return s, nil
@@ -79,28 +66,22 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 
 // Reserve runs the node's reserve path inside the session's transaction.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := s.n.check(req); err != nil {
+	if err := s.n.d.known.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	var res strategy.Result
-	err := s.Do(func(tx pgx.Tx) error {
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
 		s.n.d.life.RLock()
 		defer s.n.d.life.RUnlock()
-		if s.n.dead.Load() {
-			return strategy.ErrNodeClosed
+		if err := s.n.Check(); err != nil {
+			return strategy.Result{}, err
 		}
 		a := &pass{q: tx, held: true, pid: s.Backends()[0]}
-		var err error
-		res, err = s.n.reserve(ctx, a, req)
+		res, err := s.n.reserve(ctx, a, req)
 		if err == nil && res.Outcome == strategy.OutcomeHeld {
 			s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt})
 		}
-		return err
+		return res, err
 	})
-	if err != nil {
-		return strategy.Result{}, err
-	}
-	return res, nil
 }
 
 // ExpireDue runs the expiry job inside the session's transaction. The units
@@ -108,20 +89,17 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 // not at all if it rolls back (or its process is killed before the commit:
 // the rows then stay HELD, and a rerun expires them once).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	var units int
-	err := s.Do(func(tx pgx.Tx) error {
-		if s.n.dead.Load() {
-			return strategy.ErrNodeClosed
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (int, error) {
+		if err := s.n.Check(); err != nil {
+			return 0, err
 		}
 		moved, err := moveRows(ctx, tx, expireSQL, s.n.d.skus)
 		if err != nil {
-			return fmt.Errorf("memquota: expire: %w", err)
+			return 0, fmt.Errorf("memquota: expire: %w", err)
 		}
 		s.returned = append(s.returned, moved...)
-		units = len(moved)
-		return nil
+		return len(moved), nil
 	})
-	return units, err
 }
 
 // aroundCommit is the session's Commit (TxHooks.AroundCommit): its units
@@ -134,8 +112,8 @@ func (s *session) ExpireDue(ctx context.Context) (int, error) {
 func (s *session) aroundCommit(ctx context.Context, commit func(context.Context) error) error {
 	s.n.d.life.RLock()
 	defer s.n.d.life.RUnlock()
-	if s.n.dead.Load() {
-		return strategy.ErrNodeClosed // the Tx rolls back
+	if err := s.n.Check(); err != nil {
+		return err // the Tx rolls back
 	}
 	err := commit(ctx)
 	switch {

@@ -4,14 +4,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-// PgbenchScript returns a pgbench custom script that replays the SQL of one
-// reservation on its way to HELD, for the side-by-side runs of package bench
-// (it implements bench.PgbenchScripter without importing it). The statements
-// are this package's own constants, in the order node.Reserve sends them:
+// PgbenchScript is bench.PgbenchScripter's (implemented without importing
+// bench): strategy B's own constants, in the order node.Reserve sends them:
 //
 //	begin isolation level read committed   (pgx's BeginTx text for readCommitted)
 //	sqlInsertReservation \gset             (:key, :user, :sku, :ttl_us; sets :id)
@@ -24,10 +21,10 @@ import (
 // same statement. The SOLD_OUT path (no slot: roll back) is not in the
 // script, which is for stock that does not sell out.
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
-	total, ok := d.totals[sku]
-	if !ok {
-		return "", strategy.UnknownSKU(sku)
+	if err := d.totals.CheckSKU(sku); err != nil {
+		return "", err
 	}
+	total := d.totals[sku]
 	first := `\set first 1`
 	if d.opts.SlotChoice == KeyHashFirst && total > 1 {
 		first = fmt.Sprintf(`\set first 1 + ((hash(:key) %% %d) + %d) %% %d`, total, total, total)

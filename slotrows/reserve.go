@@ -13,6 +13,8 @@ import (
 )
 
 // The SQL of Reserve, in the order it runs.
+// Each strategy keeps its own SQL over its own tables; where the contract's
+// steps are alike, so are the statements.
 const (
 	// sqlSavepoint marks where a session's attempt starts, so that SOLD_OUT
 	// can undo its insert without ending the caller's transaction.
@@ -56,27 +58,12 @@ RETURNING slot_no`
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM slotrows_reservation WHERE request_key = $1`
 )
 
-// check validates req without the database: its fields, and that its SKU is
-// one of the deployment's.
-func (d *Deployment) check(req strategy.Request) error {
-	if err := req.Validate(); err != nil {
-		return err
-	}
-	if _, ok := d.totals[req.SKU]; !ok {
-		return strategy.UnknownSKU(req.SKU)
-	}
-	return nil
-}
-
 // Reserve runs one attempt in its own transaction and commits it only when it
 // answered HELD; every other answer wrote nothing, and rolling back undoes
 // the reservation row that SOLD_OUT inserted.
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := n.d.check(req); err != nil {
-		return strategy.BadRequest(err)
-	}
-	if err := n.Check(); err != nil {
-		return strategy.Result{}, err
+	if res, err := n.Admit(n.d.totals, req); err != nil {
+		return res, err
 	}
 	tx, err := n.d.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: readCommitted})
 	if err != nil {
@@ -190,57 +177,41 @@ type session struct {
 }
 
 // OpenSession holds an attempt open.
+// (OpenSession, OpenExpirySession and openSession have the same shape in
+// every strategy package on purpose: the plumbing is pgstrategy's, what
+// stays is the package's own session type.)
 func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsSession(n.openSession(ctx))
 }
 
 // OpenExpirySession holds the expiry job open, in the same kind of session.
 func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
-	s, err := n.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return pgstrategy.AsExpirySession(n.openSession(ctx))
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	if err := n.Check(); err != nil {
-		return nil, err
-	}
-	tx, err := pgstrategy.Begin(ctx, n.d.db, Name, readCommitted, pgstrategy.TxHooks{})
+	tx, err := n.BeginTx(ctx, n.d.db, Name, readCommitted, pgstrategy.TxHooks{})
 	if err != nil {
-		return nil, fmt.Errorf("slotrows: open session: %w", err)
+		return nil, err
 	}
 	return &session{Tx: tx, d: n.d}, nil
 }
 
 // Reserve runs reserveIn in the session's transaction and commits nothing.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := s.d.check(req); err != nil {
+	if err := s.d.totals.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	var res strategy.Result
-	err := s.Do(func(tx pgx.Tx) error {
-		var err error
-		res, err = s.d.reserveIn(ctx, tx, req, true)
-		return err
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
+		return s.d.reserveIn(ctx, tx, req, true)
 	})
-	return res, err
 }
 
 // ExpireDue runs the expiry job inside the session's transaction: its slots
 // come free only if the session commits (the kill-release scenario kills the
 // process first).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	var units int
-	err := s.Do(func(tx pgx.Tx) error {
-		var err error
-		units, err = s.d.expireIn(ctx, tx)
-		return err
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (int, error) {
+		return s.d.expireIn(ctx, tx)
 	})
-	return units, err
 }

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS slotrows_sku (
 -- take a KEY SHARE lock on the one SKU row that all claimers of a hot SKU
 -- share (a multixact per concurrent insert). Reserve checks the SKU against
 -- the deployment's config before it touches the database.
+-- Its columns are the contract's Reservation, as in every strategy's own
+-- reservation table: alike on purpose, and never shared between strategies.
 CREATE TABLE IF NOT EXISTS slotrows_reservation (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     request_key text        NOT NULL,

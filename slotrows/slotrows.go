@@ -89,21 +89,23 @@ func New(opts Options) strategy.Meta {
 //go:embed schema.sql
 var schemaSQL string
 
-// The SQL of Open.
+// schema is strategy B's tables for pgstrategy: the advisory lock key that
+// serializes concurrent Opens in one database ("slotrows" in ASCII), and
+// slotrows_slot_free, the last object of schema.sql.
+// Every strategy declares its pgstrategy.Schema like this, with its own values.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "slotrows_slot_free",
+	LockKey: 0x736c6f74726f7773,
+	Totals:  `SELECT sku, total FROM slotrows_sku WHERE sku = ANY($1)`,
+}
+
+// The SQL that loads the stock.
 const (
-	// schemaLockKey serializes concurrent Opens in one database (the key is
-	// per database): CREATE ... IF NOT EXISTS is not safe against a
-	// concurrent CREATE of the same object.
-	schemaLockKey = 0x736c6f74726f7773 // "slotrows"
-	// schemaLastObject is the last object of schema.sql: Open runs
-	// schema.sql only when it does not exist (pgstrategy.CreateSchema).
-	schemaLastObject = "slotrows_slot_free"
 	// sqlInsertSKU inserts the SKU row; no row back means the SKU exists.
 	sqlInsertSKU = `INSERT INTO slotrows_sku (sku, total) VALUES ($1, $2) ON CONFLICT (sku) DO NOTHING`
 	// sqlInsertSlots pre-splits the stock: one free slot per unit.
 	sqlInsertSlots = `INSERT INTO slotrows_slot (sku, slot_no) SELECT $1, g FROM generate_series(1, $2::int) AS g`
-	// sqlStockTotals reads the totals an attaching deployment expects to find.
-	sqlStockTotals = `SELECT sku, total FROM slotrows_sku WHERE sku = ANY($1)`
 )
 
 // Open validates cfg and opts, creates the schema when it is missing and
@@ -111,16 +113,10 @@ const (
 // slots or nothing is written. A SKU that already has stock fails the whole
 // Open with an error matching strategy.ErrStockExists.
 func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if err := pgstrategy.CreateSchema(ctx, tx, schemaLockKey, schemaLastObject, schemaSQL); err != nil {
-			return err
-		}
+	err := schema.Load(ctx, cfg, func(tx pgx.Tx) error {
 		for _, s := range cfg.Stock {
 			tag, err := tx.Exec(ctx, sqlInsertSKU, s.SKU, s.Total)
 			if err != nil {
@@ -143,14 +139,13 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 
 // attach is Meta.Attach: another process loaded this stock. It checks that
 // every SKU of cfg has stock with the same total and writes nothing.
+// Every strategy's attach has this shape (its options, then
+// pgstrategy.Schema.Attach, then its deployment) on purpose.
 func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := pgstrategy.CheckStock(ctx, cfg.DB, sqlStockTotals, cfg.Stock); err != nil {
+	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("slotrows: %w", err)
 	}
 	return newDeployment(cfg, opts), nil
@@ -160,13 +155,10 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 	d := &Deployment{
 		db:     cfg.DB,
 		opts:   opts,
-		totals: make(map[string]int, len(cfg.Stock)),
+		totals: pgstrategy.NewSKUs(cfg),
 		skus:   cfg.SKUs(),
 	}
-	for _, s := range cfg.Stock {
-		d.totals[s.SKU] = s.Total
-	}
-	d.nodes = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) *node {
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
 	return d
@@ -174,28 +166,17 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 
 // Deployment is strategy B over one database. Everything it keeps in memory
 // is configuration (the pool, the SKUs and their totals); all state is in
-// the database, so nodes are plain handles on the same pool. It implements
+// the database, so nodes are plain handles on the same pool and Node,
+// Restart and Close are pgstrategy.Handles'. It implements
 // strategy.Deployment, strategy.Restarter and strategy.Ager, and the
 // pgbench script of package bench.
 type Deployment struct {
+	*pgstrategy.Handles
 	db     *pgxpool.Pool
 	opts   Options
-	totals map[string]int // the deployment's SKUs: Reserve refuses any other
-	skus   []string       // the same, in config order, for the SQL that is scoped to them
-	nodes  *pgstrategy.Handles[*node]
+	totals pgstrategy.SKUs // the deployment's SKUs and their totals: Reserve refuses any other
+	skus   []string        // the same, in config order, for the SQL that is scoped to them
 }
-
-// Node returns node i; out of range it panics (strategy.CheckNode).
-func (d *Deployment) Node(i int) strategy.Strategy { return d.nodes.Node(i) }
-
-// Restart replaces node i with a new handle; the old one answers
-// strategy.ErrNodeClosed. Nothing is lost: a node holds nothing but a
-// pointer to the deployment.
-func (d *Deployment) Restart(_ context.Context, i int) error { return d.nodes.Restart(i) }
-
-// Close closes every node. The pool belongs to the caller and stays open;
-// no data is dropped.
-func (d *Deployment) Close() error { return d.nodes.Close() }
 
 // node is one node of a deployment. It implements strategy.Strategy and every
 // optional node interface. Its Handle's Check says whether it was restarted
@@ -205,6 +186,8 @@ type node struct {
 	d *Deployment
 }
 
+// Compile-time checks of what the package offers. Every strategy package has
+// such a list, alike on purpose: it is the package's row of capabilities.
 var (
 	_ strategy.Strategy            = (*node)(nil)
 	_ strategy.Confirmer           = (*node)(nil)

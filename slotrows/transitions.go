@@ -15,6 +15,8 @@ import (
 // moved reservations hold commit together or not at all, and the units are
 // counted from those freed slots only (RETURNING), never from ids read
 // earlier. Each is scoped to the deployment's SKUs ($2 or $1).
+// Each strategy keeps its own SQL over its own tables; where the contract's
+// steps are alike, so are the statements.
 const (
 	sqlConfirmBeforeExpiry = `
 UPDATE slotrows_reservation SET status = 'CONFIRMED', updated_at = now()
@@ -79,11 +81,8 @@ ORDER BY array_position($1::text[], k.sku)`
 // Lookup returns the committed reservation with key. Keys are unique across
 // the database, so this finds a key whichever deployment holds it.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if err := n.Check(); err != nil {
-		return strategy.Reservation{}, err
-	}
-	if !strategy.Storable(key) {
-		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	if ok, err := n.CheckKey(key); !ok {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
 	}
 	r, _, err := lookupKey(ctx, n.d.db, key)
 	if err != nil {
@@ -94,11 +93,8 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 
 // Confirm moves the reservation from HELD to CONFIRMED. It keeps its slot.
 func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return false, err
-	}
-	if !strategy.Storable(key) {
-		return false, nil
 	}
 	sql := sqlConfirmBeforeExpiry
 	if mode == strategy.ConfirmUntilExpired {
@@ -113,11 +109,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 
 // Release moves the reservation from HELD to RELEASED and frees its slot.
 func (n *node) Release(ctx context.Context, key string) (int, error) {
-	if err := n.Check(); err != nil {
+	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
-	}
-	if !strategy.Storable(key) {
-		return 0, nil
 	}
 	var units int
 	if err := n.d.db.QueryRow(ctx, sqlRelease, key, n.d.skus).Scan(&units); err != nil {
