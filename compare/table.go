@@ -84,7 +84,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 		for i, e := range c.Expect {
 			if !c.Caught[i] {
 				t.Errorf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
-					c.Meta.Name, c.Case, e.Claim, e.Scenario, c.Breaks)
+					c.Meta.Name, c.Case, strategytest.ClaimName(e.Claim), e.Scenario, c.Breaks)
 			}
 		}
 	}

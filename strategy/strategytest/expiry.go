@@ -246,6 +246,23 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 			return err
 		}
 		c := t.node(0).(strategy.Confirmer)
+		// A payment that arrives after expires_at is refused in the
+		// default mode, even though no expiry moved the row yet.
+		op := Op{Process: "confirm", Kind: "confirm", Req: strategy.Request{Key: held[0]}, Invoke: t.hist.Begin()}
+		late, err := c.Confirm(ctx, held[0], strategy.ConfirmBeforeExpiry)
+		op.Moved, op.Type = late, OpOK
+		if err != nil {
+			op.Type, op.Err = OpInfo, err.Error()
+		}
+		t.hist.End(op)
+		if err != nil {
+			return fmt.Errorf("confirm before expiry of a due reservation: %w", err)
+		}
+		t.check(Base, "ConfirmBeforeExpiry does not confirm a reservation past expires_at", !late,
+			fmt.Sprintf("%s was due and Confirm(ConfirmBeforeExpiry) moved it", t.plain(held[0])), held[0])
+		if late {
+			return nil // the rest of the prelude assumes the row is still HELD
+		}
 		for _, k := range confirmed {
 			op := Op{Process: "confirm", Kind: "confirm", Req: strategy.Request{Key: k}, Invoke: t.hist.Begin()}
 			moved, err := c.Confirm(ctx, k, strategy.ConfirmUntilExpired)

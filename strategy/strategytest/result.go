@@ -144,7 +144,9 @@ func (r *Result) Failure(c *Check) string {
 	return b.String()
 }
 
-func claimName(c strategy.Claims) string {
+// ClaimName names a claim as the table does: its name, or "contract" for
+// Base.
+func ClaimName(c strategy.Claims) string {
 	if c == Base {
 		return "contract"
 	}
@@ -210,7 +212,7 @@ func aggregate(r *Result, trials []*trial) {
 			k := fmt.Sprint(uint64(o.claim), "\x00", o.what)
 			c, ok := index[k]
 			if !ok {
-				c = &Check{Claim: o.claim, Claims: claimName(o.claim), What: o.what}
+				c = &Check{Claim: o.claim, Claims: ClaimName(o.claim), What: o.what}
 				index[k] = c
 				r.Checks = append(r.Checks, c)
 			}

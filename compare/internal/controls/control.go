@@ -58,6 +58,9 @@ const (
 	soldOutWhenLocked
 	// restartFromConfig: Restart resets available to total.
 	restartFromConfig
+	// confirmIgnoresExpiry: ConfirmBeforeExpiry does not look at
+	// expires_at.
+	confirmIgnoresExpiry
 )
 
 //go:embed schema.sql
@@ -429,7 +432,7 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if n.c.breaks == confirmNoStatusCheck {
 		status = ``
 	}
-	if mode == strategy.ConfirmBeforeExpiry {
+	if mode == strategy.ConfirmBeforeExpiry && n.c.breaks != confirmIgnoresExpiry {
 		status += ` AND expires_at >= now()`
 	}
 	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE request_key = $1 AND sku = ANY($2) `+status), key, n.c.skus)

@@ -51,6 +51,10 @@ func (c Control) Scenarios() []string {
 	return out
 }
 
+// contract marks an expectation on a check of the contract itself, which
+// every strategy must pass whatever it claims (strategytest.Base).
+const contract = strategytest.Base
+
 // claimsOfA is what strategy A claims, and so what its copies claim.
 const claimsOfA = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
 	strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
@@ -113,6 +117,9 @@ var specs = []spec{
 	{name: "ctl-confirm-no-status", cs: "C28-08", b: confirmNoStatusCheck, claims: claimsOfA,
 		breaks: "Confirm moves the row to CONFIRMED without status = 'HELD', also after release or expiry",
 		expect: expect("release-replay", strategy.ReturnOnce)},
+	{name: "ctl-confirm-late", cs: "C28-08", b: confirmIgnoresExpiry, claims: claimsOfA,
+		breaks: "Confirm in its default mode (before expiry) does not look at expires_at: a late payment confirms a due reservation",
+		expect: expect("confirm-vs-expire", contract)},
 	{name: "ctl-release-keeps-unit", cs: "new", b: releaseKeepsUnit, claims: claimsOfA,
 		breaks: "Release moves the row to RELEASED but never gives the unit back",
 		expect: expect("release-replay", strategy.Conserves)},

@@ -51,7 +51,7 @@ func TestEveryClaimHasAControl(t *testing.T) {
 		}
 		for _, e := range c.Expect {
 			if !c.Meta.Claims.Has(e.Claim) {
-				t.Errorf("control %s must be caught with %s, which it does not claim", c.Meta.Name, e.Claim)
+				t.Errorf("control %s must be caught with %s, which it does not claim", c.Meta.Name, strategytest.ClaimName(e.Claim))
 			}
 		}
 	}
@@ -80,9 +80,9 @@ func TestDetectionRates(t *testing.T) {
 	for _, c := range controls.All() {
 		byKey := map[string]*tally{}
 		for _, e := range c.Expect {
-			k := e.Scenario + "|" + e.Claim.String()
+			k := e.Scenario + "|" + strategytest.ClaimName(e.Claim)
 			if byKey[k] == nil {
-				byKey[k] = &tally{control: c.Meta.Name, scenario: e.Scenario, claim: e.Claim.String(), race: c.Race}
+				byKey[k] = &tally{control: c.Meta.Name, scenario: e.Scenario, claim: strategytest.ClaimName(e.Claim), race: c.Race}
 				rows = append(rows, byKey[k])
 			}
 		}
@@ -102,7 +102,7 @@ func TestDetectionRates(t *testing.T) {
 						if e.Scenario != r.Scenario {
 							continue
 						}
-						tl := byKey[e.Scenario+"|"+e.Claim.String()]
+						tl := byKey[e.Scenario+"|"+strategytest.ClaimName(e.Claim)]
 						best := 0
 						for _, ch := range r.Checks {
 							if ch.Claim == e.Claim && ch.Verdict == strategytest.Violation {
