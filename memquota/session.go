@@ -30,8 +30,8 @@ type session struct {
 	*pgstrategy.Tx
 	n *node
 
-	// Written inside pgstrategy.InTx and read by the Tx's hooks, all under the Tx's
-	// mutex.
+	// Written inside pgstrategy.InTx and read by the Tx's hooks, all under
+	// the Tx's mutex.
 	taken    []doubt // the units this attempt took from n's counters, with their rows
 	returned []owned // units its expiry job moved out of HELD, given back on commit
 }

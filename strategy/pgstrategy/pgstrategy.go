@@ -7,15 +7,17 @@
 //     kept outside the database, [InTx] to run work in it, and
 //     [AsSession] and [AsExpirySession] for the node's Open methods;
 //   - [Handle], a node's own life (ErrNodeClosed once restarted or closed,
-//     strategy.Storable keys), and [Handles], the node table of a
-//     deployment whose nodes keep nothing in memory: Node, Restart and
-//     Close with the contract's ErrNodeRange and ErrNodeClosed;
+//     strategy.Storable keys, the start of Reserve), and [Handles], the
+//     node table of a deployment whose nodes keep nothing in memory: Node,
+//     Restart and Close with the contract's ErrNodeRange and ErrNodeClosed;
 //   - [Schema], the body of Open (the schema created once under an
-//     advisory lock, the stock loaded in the same transaction) and of
-//     Meta.Attach (the stock checked, nothing written); [Bind], a
-//     strategy's typed Open as Meta.Open or Meta.Attach;
-//   - [ScanReservation] and [KnownKey], a looked-up reservation and the
-//     REPLAY or KEY_REUSED answer to its key;
+//     advisory lock, the stock loaded in the same transaction, with
+//     [AllInserted]) and of Meta.Attach (the stock checked, nothing
+//     written); [Bind], a strategy's typed Open as Meta.Open or
+//     Meta.Attach;
+//   - [SKUs], a deployment's SKUs and the checks of a request that need no
+//     database; [ScanReservation] and [KnownKey], a looked-up reservation
+//     and the REPLAY or KEY_REUSED answer to its key;
 //   - [PgbenchSQL] and [PgbenchScript], a strategy's own SQL as a pgbench
 //     script.
 //
