@@ -1,7 +1,7 @@
 # reservebench: the two commands a newcomer needs are `make table` and `make test`.
 GO ?= go
 
-.PHONY: all table test test-short bench bench-quick lint deps
+.PHONY: all table test test-short detect bench bench-quick lint deps
 
 all: test
 
@@ -17,6 +17,12 @@ table: deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+## detect: run every negative control's scenarios DETECT_RUNS times and write docs/detection.md
+## (per-trial detection rates and the chance that one `go test ./compare` misses a control)
+DETECT_RUNS ?= 20
+detect: deps
+	RESERVEBENCH_DETECT=$(DETECT_RUNS) $(GO) test -count=1 -timeout 60m -run TestDetectionRates -v ./compare/internal/controls
 
 ## test-short: fewer repetitions, for a quick local loop
 test-short: deps

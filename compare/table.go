@@ -192,32 +192,14 @@ func serverMajor(t *testing.T, srv *pgtest.Server) string {
 	return m
 }
 
-// writeTable writes the report where opts says. A table from -short inputs
-// or without the server-crashing scenarios goes next to LastRun instead of
-// over the committed one.
+// writeTable writes the report where opts says (see tablePaths).
 func writeTable(t *testing.T, rep *Report, opts TableOptions, partial bool) {
-	md, js := opts.Markdown, opts.JSON
-	suffix := ""
-	switch {
-	case testing.Short():
-		suffix = ".short"
-	case partial:
-		suffix = ".partial"
+	md, js, why := tablePaths(opts, testing.Short(), partial)
+	if why != "" {
+		t.Logf("%s: the committed table is left alone; this run's table goes to %s", why, md)
 	}
-	if suffix != "" {
-		dir := t.TempDir()
-		if opts.LastRun != "" {
-			dir = filepath.Dir(opts.LastRun)
-		}
-		relocate := func(p string) string {
-			if p == "" {
-				return ""
-			}
-			ext := filepath.Ext(p)
-			return filepath.Join(dir, strings.TrimSuffix(filepath.Base(p), ext)+suffix+ext)
-		}
-		md, js = relocate(md), relocate(js)
-		t.Logf("%s run: the committed table is left alone; this run's table goes to %s", strings.TrimPrefix(suffix, "."), md)
+	if md == "" && js == "" && opts.LastRun == "" {
+		md = filepath.Join(t.TempDir(), "table-28-1.md")
 	}
 	for path, data := range map[string][]byte{md: rep.Markdown(), js: rep.JSON(false), opts.LastRun: rep.JSON(true)} {
 		if path == "" {
@@ -232,4 +214,32 @@ func writeTable(t *testing.T, rep *Report, opts TableOptions, partial bool) {
 	} else {
 		t.Logf("wrote %s, %s and %s", md, js, opts.LastRun)
 	}
+}
+
+// tablePaths decides where the tables go. A table from -short inputs, or
+// one without the server-crashing scenarios, goes next to LastRun with a
+// ".short" or ".partial" suffix instead of over the committed one; why
+// says which, or is "" when the committed paths are used.
+func tablePaths(opts TableOptions, short, partial bool) (md, js, why string) {
+	suffix := ""
+	switch {
+	case short:
+		suffix, why = ".short", "-short run (smaller inputs)"
+	case partial:
+		suffix, why = ".partial", pgtest.EnvDSN+" run (server-crash and commit-timeout need a server of their own)"
+	default:
+		return opts.Markdown, opts.JSON, ""
+	}
+	dir := os.TempDir()
+	if opts.LastRun != "" {
+		dir = filepath.Dir(opts.LastRun)
+	}
+	relocate := func(p string) string {
+		if p == "" {
+			return ""
+		}
+		ext := filepath.Ext(p)
+		return filepath.Join(dir, strings.TrimSuffix(filepath.Base(p), ext)+suffix+ext)
+	}
+	return relocate(opts.Markdown), relocate(opts.JSON), why
 }
