@@ -60,6 +60,46 @@ type Report struct {
 	Controls []*ControlReport
 	// Server is the PostgreSQL major version the run used, e.g. "15".
 	Server string
+	// Source says where the rendered table lives relative to what it links
+	// to; the zero value is this repository's docs/table-28-1.md.
+	Source Source
+}
+
+// Source is what the rendered table says about where it comes from.
+type Source struct {
+	// Generator is the command that writes the table, for its header.
+	Generator string
+	// Scenarios is the link to the scenario files, relative to the table;
+	// empty: the scenarios are named without a link.
+	Scenarios string
+	// Tradeoffs is the link to the guide on reading the table; empty: none.
+	Tradeoffs string
+	// LastRun names the file with what varies between runs.
+	LastRun string
+}
+
+func (s Source) orDefault() Source {
+	if s == (Source{}) {
+		return Source{
+			Generator: "`go test ./compare` (compare/table_test.go)",
+			Scenarios: "../strategy/strategytest/scenarios",
+			Tradeoffs: "tradeoffs.md",
+			LastRun:   "compare/last-run.json",
+		}
+	}
+	return s
+}
+
+// link is text linked to file (under Scenarios; the directory when file is
+// empty), or plain text without a Scenarios base.
+func (s Source) link(text, file string) string {
+	if s.Scenarios == "" {
+		return text
+	}
+	if file == "" {
+		return fmt.Sprintf("[%s](%s)", text, s.Scenarios)
+	}
+	return fmt.Sprintf("[%s](%s/%s)", text, s.Scenarios, file)
 }
 
 // StrategyReport is every scenario's result for one strategy.

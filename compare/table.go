@@ -36,6 +36,9 @@ type TableOptions struct {
 	Markdown, JSON, LastRun string
 	// Parallel is how many strategies run at once (0 means 2).
 	Parallel int
+	// Source says what the table's header links to (the zero value suits
+	// this repository's docs/); a module of its own names its own command.
+	Source Source
 }
 
 // Table runs table 28-1 as a test, on a real PostgreSQL that pgtest provides:
@@ -74,6 +77,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 		rep.Controls = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
 	}
 	rep.Server = serverMajor(t, srv)
+	rep.Source = opts.Source
 	t.Logf("all strategies and controls in %v", time.Since(start).Round(time.Millisecond))
 
 	writeTable(t, rep, opts, partial)
@@ -159,6 +163,10 @@ func exclusiveDatabases(t *testing.T) (open func(context.Context, string) (*pgxp
 		t.Logf("%s is set: server-crash and commit-timeout need a server of their own and are reported n/a; the table is partial", pgtest.EnvDSN)
 		return nil, true
 	}
+	if _, err := pgtest.FindBinDir(); err != nil {
+		t.Logf("no local PostgreSQL binaries (%v): server-crash and commit-timeout need a cluster the harness can crash and are reported n/a; the table is partial", err)
+		return nil, true
+	}
 	var mu sync.Mutex
 	var srv *pgtest.Server
 	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error) {
@@ -175,6 +183,7 @@ func exclusiveDatabases(t *testing.T) (open func(context.Context, string) (*pgxp
 				}
 			})
 			if s.Kind != pgtest.KindLocal {
+				_ = s.Stop()
 				return nil, nil, nil, nil, fmt.Errorf("the exclusive server is a %s server, not a local cluster", s.Kind)
 			}
 			srv = s

@@ -43,8 +43,12 @@ const (
 	SurvivesRestart
 )
 
-// ClaimsAll is every claim; no real strategy makes all of them, because
-// NoPhantomSoldOut and NoWait cannot both hold (seed 000, C28-14).
+// ClaimsAll is every claim. A strategy that answers HELD before its commit
+// cannot keep both NoPhantomSoldOut and NoWait (seed 000, C28-14): an
+// attempt held open either makes the next one wait or makes it see one unit
+// fewer. One that answers only after COMMIT succeeds (SERIALIZABLE
+// count-then-insert, examples/outoftree) can keep both, and pays in
+// aborted attempts instead.
 const ClaimsAll = NoOversell | IdempotentKey | OneActivePerUser | ReturnOnce | Conserves | NoPhantomSoldOut | NoWait | SurvivesRestart
 
 var claimNames = map[Claims]string{

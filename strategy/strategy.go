@@ -240,7 +240,6 @@ type Config struct {
 	// Nodes is the number of nodes serving the stock; 0 means 1. Strategies
 	// that split stock across nodes give node i the share Stock.Share(Nodes, i).
 	Nodes int
-
 }
 
 // MaxTotal bounds the stock of one SKU: it must fit PostgreSQL's int4,

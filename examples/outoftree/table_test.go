@@ -24,6 +24,10 @@ func TestTable28_1(t *testing.T) {
 		Markdown: "table-28-1.md",
 		JSON:     "table-28-1.json",
 		LastRun:  "last-run.json",
+		Source: compare.Source{
+			Generator: "`go test ./...` in examples/outoftree (table_test.go)",
+			LastRun:   "examples/outoftree/last-run.json",
+		},
 	})
 
 	rows := map[string]*compare.StrategyReport{}

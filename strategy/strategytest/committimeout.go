@@ -30,7 +30,7 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 		return err
 	}
 	ok, fail, info := t.countTypes()
-	t.fact("requests whose deadline expired during COMMIT", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
+	t.fact("requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
 	t.check(Base, "a deadline at commit is an unknown outcome, never a definite one", info == t.in.Requests && ok == 0 && fail == 0,
 		fmt.Sprintf("ok %d, fail %d, unknown %d of %d", ok, fail, info, t.in.Requests))
 	resolved := 0
