@@ -13,14 +13,16 @@ deps:
 table: deps
 	$(GO) test -count=1 ./compare
 
-## test: vet plus the whole suite under the race detector
+## test: vet plus the whole suite under the race detector, then the out-of-tree example module
+## (its own go.mod: the kit and the table through exported API only; its table at -short size)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	cd examples/outoftree && $(GO) vet ./... && $(GO) test -count=1 -short ./...
 
 ## detect: run every negative control's scenarios DETECT_RUNS times and write docs/detection.md
 ## (per-trial detection rates and the chance that one `go test ./compare` misses a control)
-DETECT_RUNS ?= 20
+DETECT_RUNS ?= 50
 detect: deps
 	RESERVEBENCH_DETECT=$(DETECT_RUNS) $(GO) test -count=1 -timeout 60m -run TestDetectionRates -v ./compare/internal/controls
 

@@ -1,5 +1,5 @@
 // Package slotrows is strategy B of reservebench: one row per unit, claimed
-// with SELECT ... FOR UPDATE SKIP LOCKED (SPEC.md, seed 000 C28-13/14).
+// with SELECT ... FOR UPDATE SKIP LOCKED (seed 000, C28-13 and C28-14).
 // It registers itself as [Name]; import it for that side effect or use the
 // constructors every strategy package has: [Meta] (the registered default),
 // [New] (a variant with other [Options]) and [Open], which returns the
