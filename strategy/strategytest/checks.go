@@ -19,12 +19,14 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 	defer cancel()
 	sku := kitSKU("cfg")
 	bad := map[string]strategy.Config{
-		"no database":    {Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
-		"no stock":       {DB: db},
-		"negative total": {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: -1}}},
-		"sku twice":      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku, Total: 5}}},
-		"empty sku":      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: "", Total: 5}}},
-		"negative nodes": {DB: db, Nodes: -1, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"no database":                         {Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"no stock":                            {DB: db},
+		"negative total":                      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: -1}}},
+		"sku twice":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku, Total: 5}}},
+		"empty sku":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: "", Total: 5}}},
+		"negative nodes":                      {DB: db, Nodes: -1, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"shares that do not sum to the total": {DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5, Shares: []int{2, 2}}}},
+		"shares for another node count":       {DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5, Shares: []int{5}}}},
 	}
 	for name, cfg := range bad {
 		dep, err := meta.Open(ctx, cfg)
