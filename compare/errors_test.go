@@ -1,0 +1,64 @@
+package compare_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/compare"
+	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest"
+)
+
+// TestErrorsAreVerdicts: a strategy whose setup fails, or that panics, is
+// an ERROR in the scenarios it could not run; the other strategies' cells
+// are still run, and the report's violations name the broken one.
+func TestErrorsAreVerdicts(t *testing.T) {
+	broken := func(name string, open func(context.Context, strategy.Config) (strategy.Deployment, error)) strategy.Meta {
+		return strategy.Meta{Name: name, Description: "broken on purpose", Claims: strategy.NoOversell, Open: open}
+	}
+	metas := []strategy.Meta{
+		broken("setup-fails", func(context.Context, strategy.Config) (strategy.Deployment, error) {
+			return nil, errors.New("the schema cannot be created")
+		}),
+		broken("panics", func(context.Context, strategy.Config) (strategy.Deployment, error) { panic("boom") }),
+	}
+	if m, ok := strategy.Lookup("hotrow"); ok {
+		metas = append(metas, m)
+	}
+	srv := pgtest.Shared(t)
+	rep, err := compare.Run(context.Background(), compare.Options{
+		Strategies: metas,
+		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("bad-input")},
+		Database: func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
+			d := pgtest.NewDatabaseOn(t, srv)
+			return d.Pool(t, 8), d.AdminPool(t, 2), func() {}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Strategies {
+		got := s.Results[0].Verdict()
+		want := strategytest.Errored
+		if s.Meta.Name == "hotrow" {
+			want = strategytest.Holds
+		}
+		if got != want {
+			t.Errorf("%s: verdict %s, want %s (%s)", s.Meta.Name, got, want, s.Results[0].Error)
+		}
+	}
+	all := strings.Join(rep.Violations(), "\n")
+	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("violations lack %q:\n%s", want, all)
+		}
+	}
+	if md := string(rep.Markdown()); !strings.Contains(md, "| `panics` | – | could not be run: panic: boom | ERROR |") {
+		t.Errorf("the table does not show the ERROR cell:\n%s", md)
+	}
+}
