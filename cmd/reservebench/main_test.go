@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/reservebench/reservebench/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestBadUsage: every bad command line is refused with a *UsageError
+// naming what is wrong, exit status 2, before anything starts.
+func TestBadUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage: reservebench serve"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"serve"}, "want one STRATEGY, got 0"},
+		{[]string{"serve", "hotrow", "slotrows"}, "want one STRATEGY, got 2"},
+		{[]string{"serve", "nosuch"}, `unknown strategy "nosuch"`},
+		{[]string{"serve", "-nosuchflag", "hotrow"}, "flag provided but not defined: -nosuchflag"},
+		{[]string{"serve", "-inflight", "0", "hotrow"}, "-inflight: must be at least 1"},
+		{[]string{"serve", "-inflight", "four", "hotrow"}, `invalid value "four" for flag -inflight`},
+		{[]string{"serve", "-queue", "-1", "hotrow"}, "-queue: must not be negative"},
+		{[]string{"serve", "-wait", "0s", "hotrow"}, "-wait: must be positive when -queue is"},
+		{[]string{"serve", "-addr", "0.0.0.0:8080", "hotrow"}, "not a loopback address"},
+		{[]string{"serve", "-addr", "localhost", "hotrow"}, "-addr: address localhost: missing port"},
+		{[]string{"serve", "-stock", "sku-a", "hotrow"}, `-stock: "sku-a" is not sku=total`},
+		{[]string{"serve", "-stock", "sku-a=-3", "hotrow"}, "-stock: \"sku-a=-3\": total must be"},
+		{[]string{"serve", "-stock", "sku-a=1,sku-a=2", "hotrow"}, `sku "sku-a" given twice`},
+		{[]string{"serve", "-work-timeout", "0s", "hotrow"}, "-work-timeout: must be positive"},
+		{[]string{"serve", "hotrow", "-pool", "-2"}, "-pool: must not be negative"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%q: %s", c.args, stderr.String())
+		require.Contains(t, stderr.String(), c.want, "%q", c.args)
+	}
+	_, err := parseServe([]string{"-inflight", "0", "hotrow"}, io.Discard)
+	var ue *UsageError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, "inflight", ue.Flag)
+}
+
+// TestServeStopsCleanly runs the command as a real process over a database
+// of the test's: requests admitted before SIGTERM finish (they are held by
+// a lock on the stock row, seen in pg_stat_activity), a queued one is
+// refused with 503, and the process exits 0 with every 201 in the
+// database and nothing left listening.
+func TestServeStopsCleanly(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "reservebench")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	d := pgtest.NewDatabase(t)
+	admin := d.AdminPool(t, 4)
+	cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-inflight", "2", "-queue", "2", "-wait", "1m", "-log-every", "0", "hotrow")
+	cmd.Env = append(os.Environ(), pgtest.EnvDSN+"="+d.DSN)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	m := regexp.MustCompile(`on http://(\S+) `).FindStringSubmatch(line)
+	require.NotNil(t, m, line)
+	base := "http://" + m[1]
+	go io.Copy(io.Discard, stdout) //nolint:errcheck
+
+	ctx := context.Background()
+	tx, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT * FROM sku_stock WHERE sku = 'sku-lab-01' FOR UPDATE`)
+	require.NoError(t, err)
+
+	codes := make([]int, 3)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := url.Values{"request_key": {"req-" + string(rune('a'+i))}, "user": {"user-" + string(rune('a'+i))}, "sku": {"sku-lab-01"}, "ttl_ms": {"60000"}}
+			resp, err := http.PostForm(base+"/reserve", v)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		}()
+	}
+	require.Eventually(t, func() bool {
+		var blocked int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&blocked)
+		return err == nil && blocked == 2 && statusWaiting(base) == 1
+	}, 30*time.Second, 5*time.Millisecond, "two requests blocked on the row lock and one queued")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	// The queued request is refused at once; the admitted two still wait
+	// on the lock, so the process cannot have exited yet.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, c := range codes {
+			if c == 503 {
+				n++
+			}
+		}
+		return n == 1
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Rollback(ctx))
+	wg.Wait()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "stderr: %s", stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("serve did not exit after SIGTERM; stderr: %s", stderr.String())
+	}
+	require.Equal(t, 0, cmd.ProcessState.ExitCode())
+	held := 0
+	for _, c := range codes {
+		if c == 201 {
+			held++
+		}
+	}
+	require.Equal(t, 2, held, "codes %v", codes)
+	var rows int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM reservation WHERE status = 'HELD'`).Scan(&rows))
+	require.Equal(t, 2, rows)
+	require.Contains(t, stderr.String(), "stopped:")
+	_, err = http.Get(base + "/status")
+	require.Error(t, err, "nothing listens after the exit")
+}
+
+// statusWaiting reads "waiting" from GET /status, or -1.
+func statusWaiting(base string) int {
+	resp, err := http.Get(base + "/status")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`"waiting": (\d+)`).FindSubmatch(b)
+	if m == nil {
+		return -1
+	}
+	if strings.TrimSpace(string(m[1])) == "1" {
+		return 1
+	}
+	return 0
+}
