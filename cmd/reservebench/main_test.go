@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,7 +121,7 @@ func TestServeStopsCleanly(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var blocked int
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&blocked)
-		return err == nil && blocked == 2 && statusWaiting(base) == 1
+		return err == nil && blocked == 2 && statusCount(base, "waiting") == 1
 	}, 30*time.Second, 5*time.Millisecond, "two requests blocked on the row lock and one queued")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
@@ -159,20 +160,121 @@ func TestServeStopsCleanly(t *testing.T) {
 	require.Error(t, err, "nothing listens after the exit")
 }
 
-// statusWaiting reads "waiting" from GET /status, or -1.
-func statusWaiting(base string) int {
+// TestPerProcessAdmissionMultiplies measures what seed 000 leaves out:
+// three serve processes over one database, each with -inflight 4, and how
+// many reservations the database runs at once. Every admitted request is
+// held by a lock on the stock row, so the count is read from
+// pg_stat_activity once each process reports 4 running and 2 waiting: the
+// database sees the sum of the per-process bounds, 12.
+func TestPerProcessAdmissionMultiplies(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "reservebench")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	d := pgtest.NewDatabase(t)
+	admin := d.AdminPool(t, 4)
+	ctx := context.Background()
+
+	const procs, inflight, queued = 3, 4, 2
+	var bases []string
+	var cmds []*exec.Cmd
+	var exits []chan error
+	for i := 0; i < procs; i++ {
+		args := []string{"serve", "-addr", "127.0.0.1:0", "-inflight", fmt.Sprint(inflight), "-queue", "8", "-wait", "1m", "-log-every", "0", "-expire-every", "0"}
+		if i > 0 {
+			args = append(args, "-attach")
+		}
+		cmd := exec.Command(bin, append(args, "hotrow")...)
+		cmd.Env = append(os.Environ(), pgtest.EnvDSN+"="+d.DSN)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		exit := make(chan error, 1)
+		go func() { exit <- cmd.Wait() }()
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+			}
+		})
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err, "process %d: %s", i, stderr.String())
+		m := regexp.MustCompile(`on http://(\S+) `).FindStringSubmatch(line)
+		require.NotNil(t, m, line)
+		go io.Copy(io.Discard, stdout) //nolint:errcheck
+		bases, cmds, exits = append(bases, "http://"+m[1]), append(cmds, cmd), append(exits, exit)
+	}
+
+	tx, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SELECT * FROM sku_stock WHERE sku = 'sku-lab-01' FOR UPDATE`)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for p, base := range bases {
+		for i := 0; i < inflight+queued; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v := url.Values{"request_key": {fmt.Sprintf("req-%d-%d", p, i)}, "user": {fmt.Sprintf("user-%d-%d", p, i)}, "sku": {"sku-lab-01"}, "ttl_ms": {"60000"}}
+				resp, err := http.PostForm(base+"/reserve", v)
+				if err != nil {
+					t.Errorf("process %d request %d: %v", p, i, err)
+					return
+				}
+				resp.Body.Close()
+				mu.Lock()
+				codes[resp.StatusCode]++
+				mu.Unlock()
+			}()
+		}
+	}
+	// Settled: every process has its bound admitted and its queue full,
+	// and every admitted request waits on the row lock in the database.
+	var inDB int
+	require.Eventually(t, func() bool {
+		running := 0
+		for _, b := range bases {
+			r := statusCount(b, "running")
+			if statusCount(b, "waiting") != queued {
+				return false
+			}
+			running += r
+		}
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock' AND usename <> current_user`).Scan(&inDB)
+		return err == nil && inDB == running
+	}, 30*time.Second, 5*time.Millisecond, "every process with its queue full and its admitted requests in the database")
+	t.Logf("%d serve processes with -inflight %d: %d reservations running in the database at once", procs, inflight, inDB)
+	require.Equal(t, procs*inflight, inDB, "per-process admission multiplies")
+
+	require.NoError(t, tx.Rollback(ctx))
+	wg.Wait()
+	require.Equal(t, map[int]int{201: procs * (inflight + queued)}, codes)
+	for i, cmd := range cmds {
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, <-exits[i])
+	}
+}
+
+// statusCount reads a top-level count from GET /status, or -1.
+func statusCount(base, name string) int {
 	resp, err := http.Get(base + "/status")
 	if err != nil {
 		return -1
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`"waiting": (\d+)`).FindSubmatch(b)
-	if m == nil {
+	var st map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return -1
 	}
-	if strings.TrimSpace(string(m[1])) == "1" {
-		return 1
+	n, ok := st[name].(float64)
+	if !ok {
+		return -1
 	}
-	return 0
+	return int(n)
 }
