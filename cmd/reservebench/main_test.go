@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestServeStopsCleanly(t *testing.T) {
 	cmd.Env = append(os.Environ(), pgtest.EnvDSN+"="+d.DSN)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr bytes.Buffer
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -102,7 +103,7 @@ func TestServeStopsCleanly(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT * FROM sku_stock WHERE sku = 'sku-lab-01' FOR UPDATE`)
 	require.NoError(t, err)
 
-	codes := make([]int, 3)
+	codes := make([]atomic.Int64, 3)
 	var wg sync.WaitGroup
 	for i := range codes {
 		wg.Add(1)
@@ -115,7 +116,7 @@ func TestServeStopsCleanly(t *testing.T) {
 				return
 			}
 			resp.Body.Close()
-			codes[i] = resp.StatusCode
+			codes[i].Store(int64(resp.StatusCode))
 		}()
 	}
 	require.Eventually(t, func() bool {
@@ -129,8 +130,8 @@ func TestServeStopsCleanly(t *testing.T) {
 	// on the lock, so the process cannot have exited yet.
 	require.Eventually(t, func() bool {
 		n := 0
-		for _, c := range codes {
-			if c == 503 {
+		for i := range codes {
+			if codes[i].Load() == 503 {
 				n++
 			}
 		}
@@ -146,12 +147,12 @@ func TestServeStopsCleanly(t *testing.T) {
 	}
 	require.Equal(t, 0, cmd.ProcessState.ExitCode())
 	held := 0
-	for _, c := range codes {
-		if c == 201 {
+	for i := range codes {
+		if codes[i].Load() == 201 {
 			held++
 		}
 	}
-	require.Equal(t, 2, held, "codes %v", codes)
+	require.Equal(t, 2, held, "two admitted requests answered 201")
 	var rows int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM reservation WHERE status = 'HELD'`).Scan(&rows))
 	require.Equal(t, 2, rows)
@@ -188,7 +189,7 @@ func TestPerProcessAdmissionMultiplies(t *testing.T) {
 		cmd.Env = append(os.Environ(), pgtest.EnvDSN+"="+d.DSN)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
-		var stderr bytes.Buffer
+		var stderr syncBuffer
 		cmd.Stderr = &stderr
 		require.NoError(t, cmd.Start())
 		exit := make(chan error, 1)
@@ -277,4 +278,22 @@ func statusCount(base, name string) int {
 		return -1
 	}
 	return int(n)
+}
+
+// syncBuffer is a bytes.Buffer a process writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
