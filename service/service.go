@@ -38,8 +38,9 @@
 //     REJECTED_SHUTTING_DOWN; admitted ones run to their end.
 //
 // The admission bound is the Admission the service is given: an
-// *admission.Gate bounds one process. Several processes over one database
-// each admit their own InFlight; the database sees the sum.
+// *admission.Gate bounds one process (several processes over one database
+// each admit their own InFlight, and the database sees the sum);
+// package admission/pgslots bounds every process that shares a database.
 package service
 
 import (

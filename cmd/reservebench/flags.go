@@ -46,6 +46,7 @@ type serveConfig struct {
 	attach      bool
 	expireEvery time.Duration
 	logEvery    time.Duration
+	globalSlots int
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -60,10 +61,11 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		workTimeout = fs.Duration("work-timeout", service.DefaultWorkTimeout, "server-side deadline of an admitted request (no client can cancel it)")
 		readTimeout = fs.Duration("read-timeout", service.DefaultTimeouts.Read, "longest a client may take to send a whole request (408)")
 		stock       = fs.String("stock", "sku-lab-01=40", "stock to load: sku=total[,sku=total...]")
-		pool        = fs.Int("pool", 0, "database connections (default: inflight + 2, for the expiry job and a spare)")
+		pool        = fs.Int("pool", 0, "database connections (default: inflight + 2, for the expiry job and a spare; inflight more with -global-inflight)")
 		attach      = fs.Bool("attach", false, "serve stock another serve process already loaded into the same database (needs RESERVEBENCH_DSN)")
 		expireEvery = fs.Duration("expire-every", time.Second, "how often the expiry job runs, when the strategy has one (0: never)")
 		logEvery    = fs.Duration("log-every", time.Minute, "how often a line of counters is logged (0: never)")
+		globalSlots = fs.Int("global-inflight", 0, "also bound the requests of every serve process on this database together, with this many advisory-lock slots in it (0: off)")
 	)
 	usage := func() string {
 		var b strings.Builder
@@ -100,7 +102,7 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, &UsageError{Reason: fmt.Sprintf("unknown strategy %q (registered: %s)", positional[0], strings.Join(names(), ", ")), Usage: usage()}
 	}
 	cfg := &serveConfig{meta: meta, addr: *addr, workTimeout: *workTimeout, attach: *attach,
-		expireEvery: *expireEvery, logEvery: *logEvery}
+		expireEvery: *expireEvery, logEvery: *logEvery, globalSlots: *globalSlots}
 	if err := checkLoopback(*addr); err != nil {
 		return nil, bad("addr", "%v", err)
 	}
@@ -126,12 +128,17 @@ func parseServe(args []string, stderr io.Writer) (*serveConfig, error) {
 		return nil, bad("expire-every", "must not be negative, got %v", *expireEvery)
 	case *logEvery < 0:
 		return nil, bad("log-every", "must not be negative, got %v", *logEvery)
+	case *globalSlots < 0:
+		return nil, bad("global-inflight", "must not be negative, got %d", *globalSlots)
 	}
 	cfg.timeouts = service.DefaultTimeouts
 	cfg.timeouts.Read = *readTimeout
 	cfg.pool = int32(*pool)
 	if cfg.pool == 0 {
 		cfg.pool = int32(*inflight + 2)
+		if *globalSlots > 0 {
+			cfg.pool += int32(*inflight) // a connection holds each slot
+		}
 	}
 	st, err := parseStock(*stock)
 	if err != nil {

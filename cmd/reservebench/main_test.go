@@ -161,17 +161,39 @@ func TestServeStopsCleanly(t *testing.T) {
 	require.Error(t, err, "nothing listens after the exit")
 }
 
-// TestPerProcessAdmissionMultiplies measures what seed 000 leaves out:
-// three serve processes over one database, each with -inflight 4, and how
-// many reservations the database runs at once. Every admitted request is
-// held by a lock on the stock row, so the count is read from
-// pg_stat_activity once each process reports 4 running and 2 waiting: the
-// database sees the sum of the per-process bounds, 12.
-func TestPerProcessAdmissionMultiplies(t *testing.T) {
+// TestManyProcesses measures what seed 000 leaves out: three serve
+// processes over one database, each with -inflight 4, and how many
+// reservations the database runs at once. Every admitted request is held
+// by a lock on the stock row, so the count is read from pg_stat_activity
+// once every request is admitted or queued and every admitted one waits on
+// that lock. Per-process gates let in their sum, 12; with
+// -global-inflight 4 (advisory-lock slots in the database) the database
+// sees 4. It also logs what a reservation costs through one process, one
+// client at a time, with and without the slots (a measurement, not a
+// check).
+func TestManyProcesses(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "reservebench")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Stderr = os.Stderr
 	require.NoError(t, build.Run())
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"per-process", nil, 12},
+		{"global-inflight-4", []string{"-global-inflight", "4"}, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inDB, perCall := manyProcesses(t, bin, c.args)
+			t.Logf("3 serve processes with -inflight 4 %v: %d reservations at once in the database; %v per reservation, one client, through one process",
+				c.args, inDB, perCall)
+			require.Equal(t, c.want, inDB)
+		})
+	}
+}
+
+func manyProcesses(t *testing.T, bin string, extra []string) (inDB int, perCall time.Duration) {
 	d := pgtest.NewDatabase(t)
 	admin := d.AdminPool(t, 4)
 	ctx := context.Background()
@@ -181,7 +203,8 @@ func TestPerProcessAdmissionMultiplies(t *testing.T) {
 	var cmds []*exec.Cmd
 	var exits []chan error
 	for i := 0; i < procs; i++ {
-		args := []string{"serve", "-addr", "127.0.0.1:0", "-inflight", fmt.Sprint(inflight), "-queue", "8", "-wait", "1m", "-log-every", "0", "-expire-every", "0"}
+		args := append([]string{"serve", "-addr", "127.0.0.1:0", "-inflight", fmt.Sprint(inflight), "-queue", "8", "-wait", "1m", "-log-every", "0", "-expire-every", "0",
+			"-stock", "sku-lab-01=1000"}, extra...)
 		if i > 0 {
 			args = append(args, "-attach")
 		}
@@ -216,50 +239,59 @@ func TestPerProcessAdmissionMultiplies(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
+	post := func(base, key string) int {
+		v := url.Values{"request_key": {key}, "user": {"user-" + key}, "sku": {"sku-lab-01"}, "ttl_ms": {"60000"}}
+		resp, err := http.PostForm(base+"/reserve", v)
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
 	for p, base := range bases {
 		for i := 0; i < inflight+queued; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				v := url.Values{"request_key": {fmt.Sprintf("req-%d-%d", p, i)}, "user": {fmt.Sprintf("user-%d-%d", p, i)}, "sku": {"sku-lab-01"}, "ttl_ms": {"60000"}}
-				resp, err := http.PostForm(base+"/reserve", v)
-				if err != nil {
-					t.Errorf("process %d request %d: %v", p, i, err)
-					return
-				}
-				resp.Body.Close()
+				code := post(base, fmt.Sprintf("req-%d-%d", p, i))
 				mu.Lock()
-				codes[resp.StatusCode]++
+				codes[code]++
 				mu.Unlock()
 			}()
 		}
 	}
-	// Settled: every process has its bound admitted and its queue full,
-	// and every admitted request waits on the row lock in the database.
-	var inDB int
+	// Settled: every request is admitted or waiting, and every admitted
+	// one waits on the row lock in the database (not on an advisory lock:
+	// those are the calls waiting for a slot).
 	require.Eventually(t, func() bool {
-		running := 0
+		running, waiting := 0, 0
 		for _, b := range bases {
-			r := statusCount(b, "running")
-			if statusCount(b, "waiting") != queued {
-				return false
-			}
-			running += r
+			running += statusCount(b, "running")
+			waiting += statusCount(b, "waiting")
 		}
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock' AND usename <> current_user`).Scan(&inDB)
-		return err == nil && inDB == running
-	}, 30*time.Second, 5*time.Millisecond, "every process with its queue full and its admitted requests in the database")
-	t.Logf("%d serve processes with -inflight %d: %d reservations running in the database at once", procs, inflight, inDB)
-	require.Equal(t, procs*inflight, inDB, "per-process admission multiplies")
+			WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock'
+			  AND wait_event <> 'advisory' AND usename <> current_user`).Scan(&inDB)
+		return err == nil && running+waiting == procs*(inflight+queued) && inDB == running
+	}, 30*time.Second, 5*time.Millisecond, "every request admitted or waiting, the admitted ones in the database")
 
 	require.NoError(t, tx.Rollback(ctx))
 	wg.Wait()
 	require.Equal(t, map[int]int{201: procs * (inflight + queued)}, codes)
+
+	const calls = 200
+	start := time.Now()
+	for i := 0; i < calls; i++ {
+		require.Equal(t, 201, post(bases[0], fmt.Sprintf("req-seq-%d", i)))
+	}
+	perCall = time.Since(start) / calls
+
 	for i, cmd := range cmds {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, <-exits[i])
 	}
+	return inDB, perCall.Round(10 * time.Microsecond)
 }
 
 // statusCount reads a top-level count from GET /status, or -1.

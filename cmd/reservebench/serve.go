@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/admission/pgslots"
 	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -54,9 +55,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	node := dep.Node(0)
 	caps := strategy.Probe(cfg.meta, dep)
 
-	gate, err := admission.New(node, cfg.limits)
+	local, err := admission.New(node, cfg.limits)
 	if err != nil {
 		return &UsageError{Reason: err.Error()}
+	}
+	var gate service.Admission = local
+	if cfg.globalSlots > 0 {
+		if gate, err = pgslots.New(local, db.pool, cfg.globalSlots, pgslots.DefaultKey); err != nil {
+			return &UsageError{Flag: "global-inflight", Reason: err.Error()}
+		}
 	}
 	svc, err := service.New(service.Config{Strategy: node, Name: cfg.meta.Name, Admission: gate, WorkTimeout: cfg.workTimeout})
 	if err != nil {
@@ -69,8 +76,12 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	srv := svc.Server(cfg.timeouts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "serving %s on http://%s (in flight %d, queue %d, wait %v); stock %s\n",
-		cfg.meta.Name, ln.Addr(), cfg.limits.InFlight, cfg.limits.Queue, cfg.limits.Wait, stockString(cfg.stock))
+	global := ""
+	if cfg.globalSlots > 0 {
+		global = fmt.Sprintf(", %d in flight across every process on the database", cfg.globalSlots)
+	}
+	fmt.Fprintf(stdout, "serving %s on http://%s (in flight %d, queue %d, wait %v%s); stock %s\n",
+		cfg.meta.Name, ln.Addr(), cfg.limits.InFlight, cfg.limits.Queue, cfg.limits.Wait, global, stockString(cfg.stock))
 	fmt.Fprintf(stdout, "try: curl -si -d 'request_key=req-0001&user=user-0042&sku=%s&ttl_ms=60000' http://%s/reserve\n", cfg.stock[0].SKU, ln.Addr())
 
 	var expired expiryCount
