@@ -21,6 +21,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
@@ -50,6 +52,10 @@ type Options struct {
 	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv strategytest.ServerControl, done func(), err error)
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
+	// Admission, when set, is the admission the http-* scenarios put in
+	// front of the strategy (strategytest.Env.Admission): the negative
+	// controls that break the front set it.
+	Admission func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
 
 // Report is the outcome of a run.
@@ -181,7 +187,7 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	}
 	defer done()
 	for _, in := range scenarios {
-		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf}
+		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
 		r := runScenario(ctx, opts, env, in)
 		if opts.Logf != nil {
 			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))

@@ -117,7 +117,9 @@ func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cr.StrategyReport = runStrategy(ctx, opts, c.Meta, ordered(scenarios))
+			copts := opts
+			copts.Admission = c.Admission
+			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios))
 			cr.Judge()
 		}()
 	}

@@ -19,7 +19,9 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/reservebench/reservebench/admission"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -37,6 +39,13 @@ const (
 	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
 	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
 	KindExpiryRace      = "expiry-race"       // waves of concurrent expiry jobs over rows due at once
+
+	// The service (package service) in front of the strategy, over real
+	// HTTP connections on a loopback socket.
+	KindHTTPAdmission  = "http-admission"  // C28-05: admission at the HTTP entry, clients retrying 503s
+	KindHTTPDisconnect = "http-disconnect" // C28-06: a client that leaves after sending
+	KindHTTPOverload   = "http-overload"   // seed 004: a full gate refuses at once; a queued client that leaves is dropped
+	KindHTTPBadInput   = "http-bad-input"  // malformed HTTP requests: refused before admission, nothing written
 )
 
 // Scenario is one scenario file.
@@ -99,6 +108,20 @@ type Scenario struct {
 	// ExclusiveServer marks scenarios that crash or reconfigure the server:
 	// they run only where the harness has a server of their own (Env.Server).
 	ExclusiveServer bool `json:"exclusive_server,omitempty"`
+
+	// The http-* kinds: the front's admission limits (in_flight, queue,
+	// wait_ms), the extra work per admitted request before the strategy
+	// (work_ms), a refused client's back-off step (backoff_ms, C28-05),
+	// the requests sent once the gate is full (extra, seed 004) and the
+	// server's read timeout (read_timeout_ms, bad input). Requests is
+	// the number of clients (C28-05).
+	InFlight      int `json:"in_flight,omitempty"`
+	Queue         int `json:"queue,omitempty"`
+	WaitMs        int `json:"wait_ms,omitempty"`
+	WorkMs        int `json:"work_ms,omitempty"`
+	BackoffMs     int `json:"backoff_ms,omitempty"`
+	Extra         int `json:"extra,omitempty"`
+	ReadTimeoutMs int `json:"read_timeout_ms,omitempty"`
 
 	// KindInterleave.
 	Sessions  []SessionInput `json:"sessions,omitempty"`
@@ -254,6 +277,10 @@ var requiredByKind = map[string][]string{
 	KindServerCrash:     {"requests", "workers", "crash_after", "exclusive_server"},
 	KindCommitTimeout:   {"requests", "workers", "exclusive_server"},
 	KindExpiryRace:      {"held", "waves", "wave_due", "workers"},
+	KindHTTPAdmission:   {"requests", "in_flight", "queue", "wait_ms", "work_ms", "backoff_ms"},
+	KindHTTPDisconnect:  {"in_flight", "queue", "wait_ms", "work_ms"},
+	KindHTTPOverload:    {"in_flight", "queue", "wait_ms", "extra"},
+	KindHTTPBadInput:    {"in_flight", "queue", "wait_ms", "read_timeout_ms"},
 }
 
 // requireFields checks that every field the scenario's kind needs is
@@ -461,6 +488,18 @@ func (in *Scenario) Validate() error {
 		if in.Kind == KindServerCrash && len(in.CrashAfter) == 0 {
 			return bad("need crash_after")
 		}
+	case KindHTTPAdmission, KindHTTPDisconnect, KindHTTPOverload, KindHTTPBadInput:
+		if in.InFlight < 1 || in.Queue < 0 || in.WaitMs < 1 || in.WorkMs < 0 || in.BackoffMs < 0 || in.Extra < 0 || in.ReadTimeoutMs < 0 {
+			return bad("need in_flight >= 1, queue >= 0, wait_ms >= 1 and no negative work_ms, backoff_ms, extra, read_timeout_ms")
+		}
+		switch {
+		case in.Kind == KindHTTPAdmission && (in.Requests < 1 || in.BackoffMs < 1):
+			return bad("need requests >= 1 and backoff_ms >= 1")
+		case in.Kind == KindHTTPOverload && (in.Extra < 1 || in.Stock[0].Total < 2*in.InFlight+in.Queue+2):
+			return bad("need extra >= 1 and a stock of at least 2 * in_flight + queue + 2 (every admitted request is sold a unit)")
+		case in.Kind == KindHTTPBadInput && in.ReadTimeoutMs < 1:
+			return bad("need read_timeout_ms >= 1")
+		}
 	default:
 		return bad("unknown kind %q", in.Kind)
 	}
@@ -508,7 +547,8 @@ func (in *Scenario) Numbers() map[string]int {
 	}
 	for name, v := range map[string]int{"held": in.Held, "first_due": in.FirstDue, "workers": in.Workers,
 		"then_requests": in.ThenRequests, "release": in.Release, "confirmed": in.Confirmed, "waves": in.Waves,
-		"wave_due": in.WaveDue, "crashes": in.Crashes} {
+		"wave_due": in.WaveDue, "crashes": in.Crashes, "in_flight": in.InFlight, "queue": in.Queue, "wait_ms": in.WaitMs,
+		"work_ms": in.WorkMs, "backoff_ms": in.BackoffMs, "extra": in.Extra} {
 		if v != 0 {
 			out[name] = v
 		}
@@ -539,6 +579,12 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// limits are the admission limits of an http-* scenario. Retry-After is
+// the seed's 1 second whatever the wait.
+func (in *Scenario) limits() admission.Limits {
+	return admission.Limits{InFlight: in.InFlight, Queue: in.Queue, Wait: millis(in.WaitMs), RetryAfter: time.Second}
 }
 
 func (in *Scenario) stock(suffix string) []strategy.Stock {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -41,6 +43,10 @@ type Env struct {
 	// reconfigure the server DB lives on. Only for a server nothing else
 	// uses; without it those scenarios are skipped.
 	Server ServerControl
+	// Admission, when set, makes the admission the http-* scenarios put
+	// in front of the strategy, in place of admission.New: a negative
+	// control passes one that does not bound.
+	Admission func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
 
 // ServerControl is what the exclusive-server scenarios do to the server
@@ -177,6 +183,14 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 		return runExpiryRace, requirement{caps: strategy.Capabilities{Expire: true, Age: true}}
 	case KindNodeDeath:
 		return runNodeDeath, requirement{caps: strategy.Capabilities{CrashMidReserve: true, Restart: true}}
+	case KindHTTPAdmission:
+		return runHTTPAdmission, requirement{}
+	case KindHTTPDisconnect:
+		return runHTTPDisconnect, requirement{}
+	case KindHTTPOverload:
+		return runHTTPOverload, requirement{}
+	case KindHTTPBadInput:
+		return runHTTPBadInput, requirement{}
 	}
 	panic("strategytest: no runner for kind " + in.Kind) // Validate rejects unknown kinds
 }

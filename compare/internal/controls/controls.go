@@ -14,6 +14,8 @@
 package controls
 
 import (
+	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
@@ -28,6 +30,9 @@ type Control struct {
 	// certain way: its detection rate is measured (see detection_test.go
 	// in package compare).
 	Race bool
+	// Admission, when set, is the broken admission the http-* scenarios
+	// must put in front of the control (strategytest.Env.Admission).
+	Admission func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
 
 // Expectation is a violation a control must produce: a claim, flagged in a
@@ -65,6 +70,7 @@ type spec struct {
 	claims           strategy.Claims
 	race             bool
 	expect           []Expectation
+	admission        func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
 
 func expect(scenario string, claims ...strategy.Claims) []Expectation {
@@ -129,6 +135,9 @@ var specs = []spec{
 	{name: "ctl-claims-no-wait", cs: "C28-14", b: correct, claims: claimsOfA&^strategy.NoPhantomSoldOut | strategy.NoWait,
 		breaks: "strategy A unchanged, but claiming no-wait: its decrement holds the stock row until commit",
 		expect: expect("phantom", strategy.NoWait)},
+	{name: "ctl-unbounded-gate", cs: "C28-05", b: correct, claims: claimsOfA, admission: newUnboundedGate,
+		breaks: "strategy A unchanged, behind an HTTP front whose admission admits every request at once",
+		expect: join(expect("http-admission", contract), expect("http-overload", contract))},
 	{name: "ctl-restart-from-config", cs: "C28-15", b: restartFromConfig, claims: claimsOfA,
 		breaks: "a restart sets available = total again, as a restart from config would",
 		expect: expect("restart", strategy.SurvivesRestart)},
@@ -138,7 +147,7 @@ var specs = []spec{
 func All() []Control {
 	out := make([]Control, len(specs))
 	for i, s := range specs {
-		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race}
+		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race, Admission: s.admission}
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func TestDetectionRates(t *testing.T) {
 			for run := 0; run < runs; run++ {
 				var results []*strategytest.Result
 				for _, name := range c.Scenarios() {
-					r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Short: name == "storm"}, strategytest.MustScenario(name))
+					r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Short: name == "storm", Admission: c.Admission}, strategytest.MustScenario(name))
 					if err != nil {
 						t.Fatalf("%s run %d: %v", c.Meta.Name, run, err)
 					}
