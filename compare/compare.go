@@ -121,6 +121,9 @@ type ControlReport struct {
 	Case   string // the seed's case, e.g. "C28-10"
 	Breaks string // what is broken, in one line
 	Expect []Expectation
+	// Race says the mistake shows only in some interleavings (see
+	// docs/detection.md for how often a full run misses it).
+	Race bool
 	// Caught lists, per expectation, whether the run found that violation.
 	Caught []bool
 }

@@ -86,10 +86,19 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	}
 	for _, c := range rep.Controls {
 		for i, e := range c.Expect {
-			if !c.Caught[i] {
-				t.Errorf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
-					c.Meta.Name, c.Case, strategytest.ClaimName(e.Claim), e.Scenario, c.Breaks)
+			if c.Caught[i] {
+				continue
 			}
+			msg := fmt.Sprintf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
+				c.Meta.Name, c.Case, strategytest.ClaimName(e.Claim), e.Scenario, c.Breaks)
+			if testing.Short() && c.Race {
+				// -short runs a few trials of each race: a miss there says
+				// nothing about the full run, whose odds docs/detection.md
+				// measures.
+				t.Logf("-short: %s", msg)
+				continue
+			}
+			t.Error(msg)
 		}
 	}
 	return rep
@@ -103,7 +112,7 @@ func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for i, c := range all {
-		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks}
+		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks, Race: c.Race}
 		for _, e := range c.Expect {
 			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim})
 		}
