@@ -137,7 +137,7 @@ type Expectation struct {
 // ScenarioTimeout bounds one scenario against one strategy, every trial: a
 // strategy that hangs gets an ERROR in that scenario instead of stalling the
 // table.
-const ScenarioTimeout = 3 * time.Minute
+const ScenarioTimeout = 2 * time.Minute
 
 // Run runs the scenarios against the strategies. A scenario that cannot be
 // run to its end against a strategy (its setup fails, it panics, it times
@@ -189,9 +189,17 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		return sr
 	}
 	defer done()
+	hung := ""
 	for _, in := range scenarios {
+		if hung != "" {
+			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung)))
+			continue
+		}
 		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
-		r := runScenario(ctx, opts, env, in)
+		r, abandoned := runScenarioBounded(ctx, opts, env, in)
+		if abandoned {
+			hung = in.Name
+		}
 		if opts.Logf != nil {
 			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
 		}
@@ -201,6 +209,28 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return sr
+}
+
+// abandonGrace is how long a scenario may take to return after its
+// deadline before the harness gives up on it.
+const abandonGrace = 30 * time.Second
+
+// runScenarioBounded is runScenario with an upper bound on the wall time
+// even when the strategy ignores its context (a goroutine stuck on a lock
+// of its own): past ScenarioTimeout + abandonGrace the cell is ERROR, the
+// call is abandoned where it hangs, and abandoned reports it, so the
+// strategy's remaining scenarios are not run either.
+func runScenarioBounded(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (r *strategytest.Result, abandoned bool) {
+	res := make(chan *strategytest.Result, 1)
+	go func() { res <- runScenario(ctx, opts, env, in) }()
+	timer := time.NewTimer(ScenarioTimeout + abandonGrace)
+	defer timer.Stop()
+	select {
+	case r := <-res:
+		return r, false
+	case <-timer.C:
+		return errored(env.Meta, in, fmt.Errorf("did not return within %v of its %v deadline; abandoned", abandonGrace, ScenarioTimeout)), true
+	}
 }
 
 // runScenario runs one cell of the table, turning an error, a panic or a

@@ -26,6 +26,9 @@ func TestErrorsAreVerdicts(t *testing.T) {
 			return nil, errors.New("the schema cannot be created")
 		}),
 		broken("panics", func(context.Context, strategy.Config) (strategy.Deployment, error) { panic("boom") }),
+		broken("panics-in-reserve", func(_ context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+			return panicking{cfg}, nil
+		}),
 	}
 	if m, ok := strategy.Lookup("hotrow"); ok {
 		metas = append(metas, m)
@@ -33,7 +36,7 @@ func TestErrorsAreVerdicts(t *testing.T) {
 	srv := pgtest.Shared(t)
 	rep, err := compare.Run(context.Background(), compare.Options{
 		Strategies: metas,
-		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("bad-input")},
+		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("bad-input"), strategytest.MustScenario("contention")},
 		Database: func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
 			d := pgtest.NewDatabaseOn(t, srv)
 			return d.Pool(t, 8), d.AdminPool(t, 2), func() {}, nil
@@ -43,17 +46,19 @@ func TestErrorsAreVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range rep.Strategies {
-		got := s.Results[0].Verdict()
-		want := strategytest.Errored
-		if s.Meta.Name == "hotrow" {
-			want = strategytest.Holds
-		}
-		if got != want {
-			t.Errorf("%s: verdict %s, want %s (%s)", s.Meta.Name, got, want, s.Results[0].Error)
+		for _, r := range s.Results {
+			got, want := r.Verdict(), strategytest.Errored
+			if s.Meta.Name == "hotrow" {
+				want = strategytest.Holds
+			}
+			if got != want {
+				t.Errorf("%s in %s: verdict %s, want %s (%s)", s.Meta.Name, r.Scenario, got, want, r.Error)
+			}
 		}
 	}
 	all := strings.Join(rep.Violations(), "\n")
-	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom"} {
+	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom",
+		"ERROR: strategy panics-in-reserve, scenario contention", "reserve panics (in a concurrent call)"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("violations lack %q:\n%s", want, all)
 		}
@@ -61,4 +66,32 @@ func TestErrorsAreVerdicts(t *testing.T) {
 	if md := string(rep.Markdown()); !strings.Contains(md, "| `panics` | – | could not be run: panic: boom | ERROR |") {
 		t.Errorf("the table does not show the ERROR cell:\n%s", md)
 	}
+}
+
+// panicking is a deployment whose every Reserve panics: in contention the
+// harness calls it from 120 goroutines at once.
+type panicking struct{ cfg strategy.Config }
+
+func (p panicking) Node(i int) strategy.Strategy { strategy.CheckNode(i, p.cfg.NodeCount()); return p }
+func (p panicking) Close() error                 { return nil }
+func (p panicking) Audit(context.Context) ([]strategy.StockAudit, error) {
+	var out []strategy.StockAudit
+	for _, s := range p.cfg.Stock {
+		out = append(out, strategy.StockAudit{SKU: s.SKU, Total: s.Total, Available: s.Total})
+	}
+	return out, nil
+}
+func (p panicking) Reserve(_ context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := req.Validate(); err != nil {
+		return strategy.BadRequest(err)
+	}
+	for _, s := range p.cfg.Stock {
+		if s.SKU == req.SKU {
+			panic("reserve panics")
+		}
+	}
+	return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
+}
+func (p panicking) Lookup(_ context.Context, key string) (strategy.Reservation, error) {
+	return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 }

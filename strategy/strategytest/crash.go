@@ -21,10 +21,13 @@ func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Dur
 	}
 	close(queue)
 	var wg sync.WaitGroup
+	var box panicBox
+	defer box.rethrow()
 	for w := 0; w < t.in.Workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer box.catch()
 			for i := range queue {
 				select {
 				case <-stop:
@@ -91,8 +94,11 @@ func runServerCrash(ctx context.Context, t *trial) error {
 	var stopOnce sync.Once
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	loadDone := make(chan struct{})
+	var box panicBox
+	defer box.rethrow()
 	go func() {
 		defer close(loadDone)
+		defer box.catch()
 		// The first error means the server is going: the workers finish
 		// what is in flight and send nothing more.
 		t.load(ctx, in.Requests, "load", 0, stop, &acked, halt)

@@ -75,8 +75,11 @@ func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
 
 	var finished atomic.Int64
 	done := make(chan struct{})
+	var box panicBox
+	defer box.rethrow() // after every return below has waited for done
 	go func() {
 		defer close(done)
+		defer box.catch()
 		Together(n, func(i int) {
 			defer finished.Add(1)
 			f(i)

@@ -339,6 +339,13 @@ func (t *trial) launch(ctx context.Context, opener strategy.SessionOpener, s *se
 	s.busy = f
 	go func() {
 		defer close(f.done)
+		defer func() {
+			if p := recover(); p != nil {
+				f.err = fmt.Errorf("the strategy panicked in step %s: %v", st.Name, p)
+				s.err = f.err
+				t.notePanic(fmt.Sprintf("step %s: %v", st.Name, p))
+			}
+		}()
 		if st.End {
 			op := Op{Process: s.in.Name, Kind: s.in.End, Req: s.req, Invoke: t.hist.Begin()}
 			if s.in.End == "rollback" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -230,6 +231,11 @@ type trial struct {
 	varying []varyingCount
 	checks  []checkOutcome
 
+	// panics are panics of the strategy caught where the harness could
+	// carry on (a step of an interleaving); checkDurable reports them.
+	panicMu sync.Mutex
+	panics  []string
+
 	// restarted is set once a node was restarted: from then on, what the
 	// audit finds is charged to SurvivesRestart, not to NoOversell or
 	// Conserves, so a strategy that does not survive a restart can still
@@ -324,10 +330,13 @@ func (t *trial) lookupAll(ctx context.Context, keys []string) (map[string]strate
 	var firstErr error
 	ch := make(chan string)
 	var wg sync.WaitGroup
+	var box panicBox
+	defer box.rethrow()
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer box.catch()
 			for k := range ch {
 				r, err := t.node(0).Lookup(ctx, k)
 				mu.Lock()
@@ -347,10 +356,22 @@ func (t *trial) lookupAll(ctx context.Context, keys []string) (map[string]strate
 	return out, firstErr
 }
 
+// notePanic records a panic of the strategy that the harness survived.
+func (t *trial) notePanic(what string) {
+	t.panicMu.Lock()
+	defer t.panicMu.Unlock()
+	t.panics = append(t.panics, what)
+}
+
 // checkDurable checks the whole history of the trial against the durable
 // state: acknowledged reservations exist, refused ones do not, unknown ones
 // are resolved, keys and users are never doubled, and the audit balances.
 func (t *trial) checkDurable(ctx context.Context) error {
+	t.panicMu.Lock()
+	panics := append([]string(nil), t.panics...)
+	t.panicMu.Unlock()
+	t.check(Base, "the strategy never panics", len(panics) == 0, sample(panics))
+
 	ops := t.hist.Ops()
 	var keys []string
 	seen := map[string]bool{}
@@ -522,15 +543,19 @@ func (t *trial) scaled(n int) int {
 
 // Together runs f(0), ..., f(n-1) in n goroutines released at once (each
 // waits until all have started) and waits for them all: the way every
-// concurrent scenario starts its requests.
+// concurrent scenario starts its requests. A panic in f is raised again in
+// the caller once every call has returned, so it can be recovered there (the
+// harness turns it into the strategy's ERROR instead of dying of it).
 func Together(n int, f func(i int)) {
 	var ready, done sync.WaitGroup
+	var box panicBox
 	start := make(chan struct{})
 	ready.Add(n)
 	done.Add(n)
 	for i := 0; i < n; i++ {
 		go func() {
 			defer done.Done()
+			defer box.catch()
 			ready.Done()
 			<-start
 			f(i)
@@ -539,4 +564,34 @@ func Together(n int, f func(i int)) {
 	ready.Wait()
 	close(start)
 	done.Wait()
+	box.rethrow()
+}
+
+// panicBox carries the first panic of goroutines the harness started back
+// to the goroutine that waits for them: a strategy that panics in a
+// concurrent call must cost its own cell of the table, not the test binary.
+type panicBox struct {
+	mu    sync.Mutex
+	value any
+	stack []byte
+}
+
+// catch is deferred in each goroutine.
+func (b *panicBox) catch() {
+	if p := recover(); p != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.value == nil {
+			b.value, b.stack = p, debug.Stack()
+		}
+	}
+}
+
+// rethrow panics in the caller with the first caught panic, if any.
+func (b *panicBox) rethrow() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.value != nil {
+		panic(fmt.Sprintf("%v (in a concurrent call)\n%s", b.value, b.stack))
+	}
 }
