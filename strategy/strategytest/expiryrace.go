@@ -36,7 +36,9 @@ func runExpiryRace(ctx context.Context, t *trial) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if op.Type == OpInfo {
-					failedRuns++
+					if !op.Aborted {
+						failedRuns++
+					}
 					return
 				}
 				reported += op.Units
@@ -62,8 +64,9 @@ func runExpiryRace(ctx context.Context, t *trial) error {
 	t.fact(fmt.Sprintf("%d waves of %d due rows, %d jobs each", in.Waves, in.WaveDue, in.Workers), "%d waves returned exactly their due rows", in.Waves-wrongWaves)
 	t.check(strategy.ReturnOnce, "concurrent expiry jobs return each due unit exactly once", wrongWaves == 0,
 		fmt.Sprintf("%d of %d waves wrong; first: %s", wrongWaves, in.Waves, firstWrong))
-	t.check(strategy.ReturnOnce, "the expiry job never fails when no fault is injected", failedRuns == 0,
-		fmt.Sprintf("%d of %d runs failed", failedRuns, in.Waves*in.Workers))
+	t.check(strategy.ReturnOnce, "the expiry job fails only by a conflict abort when no fault is injected", failedRuns == 0,
+		fmt.Sprintf("%d of %d runs failed other than by a serialization failure or deadlock", failedRuns, in.Waves*in.Workers),
+		"") // the jobs' operations carry no key: show them
 	rest := keys[in.Waves*in.WaveDue:]
 	if len(rest) > 0 {
 		hs, _, err := t.statuses(ctx, rest)

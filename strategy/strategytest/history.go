@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -39,6 +41,10 @@ type Op struct {
 	Units    int              // release, expire: units the call reported
 	Moved    bool             // confirm: the call reports it moved the row
 	Err      string
+	// Aborted: the call failed because PostgreSQL aborted its transaction
+	// to resolve a conflict with a concurrent one (40001, 40P01): the
+	// transaction did nothing, and running it again is the remedy.
+	Aborted bool
 }
 
 func (o Op) String() string {
@@ -58,6 +64,9 @@ func (o Op) String() string {
 	}
 	if o.Err != "" {
 		fmt.Fprintf(&b, " err=%q", o.Err)
+	}
+	if o.Aborted {
+		b.WriteString(" (aborted by a conflict)")
 	}
 	return b.String()
 }
@@ -113,6 +122,16 @@ func reserveOp(op Op, res strategy.Result, err error) Op {
 		op.Type = OpFail
 	}
 	return op
+}
+
+// abortedByConflict reports whether err is PostgreSQL aborting the
+// transaction to resolve a conflict with a concurrent one: a serialization
+// failure or a deadlock. Such a run did nothing, and a rerun is the remedy;
+// any other failure of a transition, with no fault injected, is evidence
+// that its count and the database disagree (a CHECK caught it).
+func abortedByConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 // Excerpt returns the operations that touch one of keys (all, when keys is

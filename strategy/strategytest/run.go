@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,6 +110,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		err = runner(ctx, t)
 		if err == nil {
 			err = t.checkDurable(ctx)
+		}
+		if n := t.aborted.Load(); n > 0 {
+			t.vary("transitions aborted by a conflict (40001, 40P01) and rerun", int(n))
 		}
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
@@ -230,6 +234,10 @@ type trial struct {
 	facts   []Fact
 	varying []varyingCount
 	checks  []checkOutcome
+
+	// aborted counts transitions PostgreSQL aborted to resolve a conflict
+	// (40001, 40P01): allowed, and rerun; reported in Varying.
+	aborted atomic.Int64
 
 	// panics are panics of the strategy caught where the harness could
 	// carry on (a step of an interleaving); checkDurable reports them.
