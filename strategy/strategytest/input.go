@@ -37,6 +37,8 @@ const (
 	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
 	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
 	KindExpiryRace      = "expiry-race"       // waves of concurrent expiry jobs over rows due at once
+	KindLockFault       = "lock-fault"        // seed 002: a lock that stops protecting its holder's open work
+	KindRedisRestart    = "redis-restart"     // Redis SIGKILLed, stopped, restarted empty between batches of requests
 )
 
 // Scenario is one scenario file.
@@ -99,6 +101,10 @@ type Scenario struct {
 	// ExclusiveServer marks scenarios that crash or reconfigure the server:
 	// they run only where the harness has a server of their own (Env.Server).
 	ExclusiveServer bool `json:"exclusive_server,omitempty"`
+
+	// KindLockFault: what makes the lock stop protecting its holder
+	// (LockUnlockBeforeCommit, LockExpire, LockRestartEmpty).
+	LockFault string `json:"lock_fault,omitempty"`
 
 	// KindInterleave.
 	Sessions  []SessionInput `json:"sessions,omitempty"`
@@ -254,6 +260,8 @@ var requiredByKind = map[string][]string{
 	KindServerCrash:     {"requests", "workers", "crash_after", "exclusive_server"},
 	KindCommitTimeout:   {"requests", "workers", "exclusive_server"},
 	KindExpiryRace:      {"held", "waves", "wave_due", "workers"},
+	KindLockFault:       {"lock_fault"},
+	KindRedisRestart:    {"requests", "then_requests"},
 }
 
 // requireFields checks that every field the scenario's kind needs is
@@ -453,6 +461,19 @@ func (in *Scenario) Validate() error {
 	case KindNodeDeath:
 		if in.Held < 0 || in.Crashes < 1 || in.Requests < 1 {
 			return bad("need held >= 0, crashes >= 1 and requests >= 1")
+		}
+	case KindLockFault:
+		switch in.LockFault {
+		case LockUnlockBeforeCommit, LockExpire, LockRestartEmpty:
+		default:
+			return bad("lock_fault %q: want %q, %q or %q", in.LockFault, LockUnlockBeforeCommit, LockExpire, LockRestartEmpty)
+		}
+		if in.Nodes != 1 || len(in.Stock) != 1 {
+			return bad("a lock fault runs on one node and one SKU")
+		}
+	case KindRedisRestart:
+		if in.Requests < 1 || in.ThenRequests < 1 {
+			return bad("need requests >= 1 and then_requests >= 1")
 		}
 	case KindServerCrash, KindCommitTimeout:
 		if in.Requests < 1 || in.Workers < 1 || !in.ExclusiveServer {

@@ -3,7 +3,9 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/reservebench/reservebench/redistest"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
 )
@@ -123,6 +125,21 @@ func runKillReserve(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	if t.caps.Lock {
+		// The killed process held the SKU's lock outside PostgreSQL, and
+		// nothing releases it but its lease: until then every request for
+		// the SKU waits for it (and answers BUSY at its wait bound).
+		waited, err := t.waitLockGone(ctx, sku)
+		if err != nil {
+			return err
+		}
+		t.vary("kill point "+kp+": ms until the killed holder's lock expired", int(waited.Milliseconds()))
+		if waited > time.Second {
+			t.fact("kill point "+kp+": the killed holder's lock", "blocked the SKU until its lease ran out")
+		} else {
+			t.fact("kill point "+kp+": the killed holder's lock", "none held")
+		}
+	}
 	after, err := t.audit(ctx)
 	if err != nil {
 		return err
@@ -157,4 +174,39 @@ func runKillReserve(ctx context.Context, t *trial) error {
 	t.fact(label+": sold again afterwards", "%d of %d", sold, len(reqs))
 	t.check(Base, "the killed process's units can be sold again", sold == len(reqs), fmt.Sprintf("%d of %d", sold, len(reqs)))
 	return nil
+}
+
+// waitLockGone waits until the lock of sku no longer exists on its server,
+// polling PTTL, for at most its lease and wait bound and 5 s more.
+func (t *trial) waitLockGone(ctx context.Context, sku string) (time.Duration, error) {
+	info := t.node(0).(strategy.LockTaker).LockOf(sku)
+	srv, ok := t.env.Resources[info.Resource]
+	if !ok {
+		return 0, fmt.Errorf("the lock lives in %q, which the strategy does not declare in Meta.Needs", info.Resource)
+	}
+	rdb, err := redistest.Client(srv.Addr())
+	if err != nil {
+		return 0, err
+	}
+	defer rdb.Close()
+	return waitKeyGone(ctx, rdb, info.Key, info.TTL+info.Wait+5*time.Second)
+}
+
+// lockHeld reports whether the lock of sku exists on its server now.
+func (t *trial) lockHeld(ctx context.Context, sku string) (bool, error) {
+	info := t.node(0).(strategy.LockTaker).LockOf(sku)
+	srv, ok := t.env.Resources[info.Resource]
+	if !ok {
+		return false, fmt.Errorf("the lock lives in %q, which the strategy does not declare in Meta.Needs", info.Resource)
+	}
+	rdb, err := redistest.Client(srv.Addr())
+	if err != nil {
+		return false, err
+	}
+	defer rdb.Close()
+	n, err := rdb.Exists(ctx, info.Key).Result()
+	if err != nil {
+		return false, fmt.Errorf("probe lock %s: %w", info.Key, err)
+	}
+	return n == 1, nil
 }

@@ -83,6 +83,20 @@ func runRequests(ctx context.Context, t *trial) error {
 				}
 			}
 		}
+		// A strategy that waits for a lock answers BUSY when its wait bound
+		// passes: a definite refusal like SOLD_OUT, but how many of the
+		// refusals are which depends on scheduling. The table shows their
+		// sum; the split is a varying count.
+		if t.caps.Lock {
+			busy := 0
+			for _, sku := range order {
+				busy += perSKU[sku][strategy.OutcomeBusy]
+				perSKU[sku][refused] += perSKU[sku][strategy.OutcomeSoldOut] + perSKU[sku][strategy.OutcomeBusy]
+				delete(perSKU[sku], strategy.OutcomeSoldOut)
+				delete(perSKU[sku], strategy.OutcomeBusy)
+			}
+			t.vary(label+": BUSY among the refusals", busy)
+		}
 		for _, line := range outcomeLines(order, perSKU) {
 			t.fact(label+": "+line.name, "%s", line.value)
 		}
@@ -220,9 +234,12 @@ func groupSKUs(skus []string) []skuGroup {
 	return []skuGroup{{skus[0], skus[:1]}, {fmt.Sprintf("%d others", len(rest)), rest}}
 }
 
+// refused is SOLD_OUT and BUSY counted together (see runRequests).
+const refused strategy.Outcome = "SOLD_OUT or BUSY"
+
 func formatOutcomes(m map[strategy.Outcome]int) string {
 	var parts []string
-	for _, o := range strategy.Outcomes {
+	for _, o := range append(strategy.Outcomes, refused) {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, m[o]))
 		}

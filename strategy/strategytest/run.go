@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -41,6 +42,14 @@ type Env struct {
 	// reconfigure the server DB lives on. Only for a server nothing else
 	// uses; without it those scenarios are skipped.
 	Server ServerControl
+	// Resources are what the strategy needs besides PostgreSQL
+	// (Meta.Needs), e.g. its Redis; the scenarios put their addresses into
+	// Config.Resources and the fault scenarios kill and restart them. A
+	// resource the strategy needs and Resources lacks is started for the
+	// scenario (resourcetest.Start) and stopped after it. Scenarios that
+	// kill a resource run on instances nothing else uses: give each
+	// strategy its own.
+	Resources resourcetest.Set
 }
 
 // ServerControl is what the exclusive-server scenarios do to the server
@@ -74,6 +83,21 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	if env.StepTimeout == 0 {
 		env.StepTimeout = 20 * time.Second
 	}
+	if missing := missingResources(env.Meta, env.Resources); len(missing) > 0 {
+		own, err := resourcetest.Start(ctx, strategy.Meta{Name: env.Meta.Name, Needs: missing})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: %v", ErrSetup, env.Meta.Name, in.Name, err)
+		}
+		defer own.Close()
+		set := resourcetest.Set{}
+		for k, v := range env.Resources {
+			set[k] = v
+		}
+		for k, v := range own {
+			set[k] = v
+		}
+		env.Resources = set
+	}
 	runner, req := runnerFor(in)
 	reps := in.Repetitions
 	if env.Short {
@@ -87,7 +111,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	var trials []*trial
 	for n := 1; n <= reps; n++ {
 		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
-		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes}
+		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs()}
 		dep, err := env.Meta.Open(ctx, t.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s/%s trial %d: open: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
@@ -141,6 +165,9 @@ type requirement struct {
 	server bool
 	// helper: the strategy can be found by name in a helper process.
 	helper bool
+	// resource: the strategy needs this resource (Meta.Needs), and the
+	// harness started it, so it can kill and restart it.
+	resource strategy.Resource
 }
 
 // runnerFor returns the runner of a kind and what it needs. Restart phases
@@ -177,6 +204,10 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 		return runExpiryRace, requirement{caps: strategy.Capabilities{Expire: true, Age: true}}
 	case KindNodeDeath:
 		return runNodeDeath, requirement{caps: strategy.Capabilities{CrashMidReserve: true, Restart: true}}
+	case KindLockFault:
+		return runLockFault, requirement{caps: strategy.Capabilities{Lock: true, Sessions: true}}
+	case KindRedisRestart:
+		return runRedisRestart, requirement{resource: strategy.Redis}
 	}
 	panic("strategytest: no runner for kind " + in.Kind) // Validate rejects unknown kinds
 }
@@ -193,6 +224,13 @@ func (r requirement) unmet(env *Env, caps strategy.Capabilities) string {
 	}
 	if r.server && env.Server == nil {
 		why = append(why, "needs a server of its own (compare starts one; the conformance kit and a server named by "+pgtestEnvDSN+" cannot be crashed)")
+	}
+	if r.resource != "" {
+		if srv, ok := env.Resources[r.resource]; !ok {
+			why = append(why, fmt.Sprintf("it needs no %s", r.resource))
+		} else if !srv.Controllable() {
+			why = append(why, fmt.Sprintf("its %s is not one the harness started, so it cannot be killed", r.resource))
+		}
 	}
 	if r.helper && !helperCanFind(env.Meta.Name) {
 		why = append(why, "a helper process cannot find the strategy by name (register it with strategy.Register, or strategytest.RegisterForHelpers from the test binary's init)")
@@ -525,4 +563,15 @@ func Together(n int, f func(i int)) {
 	ready.Wait()
 	close(start)
 	done.Wait()
+}
+
+// missingResources lists the needs of meta that set does not provide.
+func missingResources(meta strategy.Meta, set resourcetest.Set) []strategy.Need {
+	var out []strategy.Need
+	for _, n := range meta.Needs {
+		if _, ok := set[n.Resource]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
