@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
@@ -140,8 +141,18 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		return sr
 	}
 	defer done()
+	// What the strategy needs besides PostgreSQL (its Redis), started for
+	// it alone: some scenarios kill it.
+	res, err := resourcetest.Start(ctx, meta)
+	if err != nil {
+		for _, in := range scenarios {
+			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("resources for %s: %w", meta.Name, err)))
+		}
+		return sr
+	}
+	defer res.Close()
 	for _, in := range scenarios {
-		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf}
+		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf}
 		r := runScenario(ctx, opts, env, in)
 		if opts.Logf != nil {
 			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))

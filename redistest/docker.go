@@ -64,4 +64,3 @@ func startDocker(ctx context.Context, settings []string) (*dockerServer, error) 
 }
 
 func (d *dockerServer) stop() { _ = d.pool.Purge(d.resource) }
-

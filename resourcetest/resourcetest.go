@@ -32,6 +32,8 @@ type Server interface {
 	Stop(ctx context.Context) error
 	Restart(ctx context.Context) error
 	Wipe() error
+	// Running reports whether an instance started here is up.
+	Running() bool
 }
 
 // Set is the resources of one strategy, by resource.

@@ -171,5 +171,7 @@ func runServerCrash(ctx context.Context, t *trial) error {
 	}
 	t.fact("drift once it serves again", "%d", late[sku].Drift())
 	t.check(Base, "the strategy serves requests again after the server restarts", served == 3, fmt.Sprintf("%d of 3 requests acknowledged", served))
-	return nil
+	// A client resends what it got no answer to (the contract's way of
+	// resolving an unknown outcome); the final audit is after that.
+	return t.resendUnknown(ctx)
 }
