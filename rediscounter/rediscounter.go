@@ -204,8 +204,8 @@ func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deploy
 // nothing in memory: the counters are Redis's.
 type Deployment struct {
 	*pgstrategy.Handles
-	db   *pgxpool.Pool
-	rdb  *redis.Client
+	db    *pgxpool.Pool
+	rdb   *redis.Client
 	keep  Keep
 	skus  []string
 	owns  pgstrategy.SKUs
