@@ -40,6 +40,9 @@ type Options struct {
 	ShortScenarios []string
 	// Parallel is how many strategies run at once (default 1).
 	Parallel int
+	// slots, when set, bounds the strategies running at once instead of
+	// Parallel: Table shares it between the strategies and the controls.
+	slots chan struct{}
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -111,8 +114,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	scenarios := ordered(opts.Scenarios)
 	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
-	par := max(opts.Parallel, 1)
-	sem := make(chan struct{}, par)
+	sem := opts.slots
+	if sem == nil {
+		sem = make(chan struct{}, max(opts.Parallel, 1))
+	}
 	var wg sync.WaitGroup
 	for i, meta := range opts.Strategies {
 		wg.Add(1)
