@@ -191,6 +191,7 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 	// A Redis that is down must cost a request little: one quick retry,
 	// short timeouts, then BUSY.
 	opt.MaxRetries = 1
+	opt.DialerRetries = 1 // go-redis's default, 5 dials 100 ms apart, makes a down Redis cost 0.5 s a call
 	opt.DialTimeout = time.Second
 	opt.ReadTimeout = 2 * time.Second
 	opt.WriteTimeout = 2 * time.Second
