@@ -31,7 +31,7 @@ const (
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM rediscounter_reservation WHERE request_key = $1`
 	sqlInsert = `
 INSERT INTO rediscounter_reservation (request_key, user_id, sku, status, expires_at)
-VALUES ($1, $2, $3, 'HELD', now() + $4::interval)
+VALUES ($1, $2, $3, 'HELD', now() + $4 * interval '1 microsecond')
 ON CONFLICT (request_key) DO NOTHING
 RETURNING expires_at`
 	sqlActive = `SELECT request_key, user_id FROM rediscounter_reservation WHERE sku = $1 AND status IN ('HELD','CONFIRMED')`
@@ -83,7 +83,7 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 		return strategy.Result{}, errDied
 	}
 	var expires time.Time
-	err = d.db.QueryRow(ctx, sqlInsert, req.Key, req.User, req.SKU, req.TTL).Scan(&expires)
+	err = d.db.QueryRow(ctx, sqlInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&expires)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

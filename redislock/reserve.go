@@ -30,7 +30,7 @@ const (
 	sqlAvailable = `SELECT available FROM {p}_stock WHERE sku = $1`
 	sqlInsert    = `
 INSERT INTO {p}_reservation (request_key, user_id, sku, status, expires_at)
-VALUES ($1, $2, $3, 'HELD', now() + $4::interval)
+VALUES ($1, $2, $3, 'HELD', now() + $4 * interval '1 microsecond')
 ON CONFLICT (request_key) DO NOTHING
 RETURNING expires_at`
 	sqlTakeUnit = `UPDATE {p}_stock SET available = available - 1 WHERE sku = $1 AND available > 0`
@@ -114,7 +114,7 @@ func (d *Deployment) underLock(ctx context.Context, tx pgx.Tx, req strategy.Requ
 		return strategy.Result{}, err
 	}
 	var expires time.Time
-	err = sp.QueryRow(ctx, d.tb.q(sqlInsert), req.Key, req.User, req.SKU, req.TTL).Scan(&expires)
+	err = sp.QueryRow(ctx, d.tb.q(sqlInsert), req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&expires)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
