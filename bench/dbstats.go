@@ -47,9 +47,11 @@ type Cost struct {
 	Connections int `json:"connections"`
 	PoolConns   int `json:"pool_conns"`
 	// RedisCommands is what the strategy's Redis processed during the
-	// trial (INFO stats total_commands_processed, minus the two INFO calls
-	// that read it): each is a round trip, a Lua script one command. Zero
-	// for strategies without Redis.
+	// trial (INFO stats total_commands_processed, less the reading's own
+	// INFO). Redis counts a script's EVALSHA and every command the script
+	// calls, so this is work done in Redis, not round trips: rediscounter's
+	// one round trip per success is 7 commands (EVALSHA and its six calls).
+	// Zero for strategies without Redis.
 	RedisCommands int64 `json:"redis_commands,omitempty"`
 }
 
@@ -61,7 +63,8 @@ type PerSuccess struct {
 	RowsWritten float64 `json:"rows_written"`
 	RoundTrips  float64 `json:"round_trips"` // Go only: (queries + prepares) / n
 	Commits     float64 `json:"commits"`
-	// RedisCommands are the Redis round trips per success.
+	// RedisCommands are the commands Redis ran per success (see
+	// Cost.RedisCommands).
 	RedisCommands float64 `json:"redis_commands,omitempty"`
 }
 
