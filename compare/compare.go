@@ -6,8 +6,9 @@
 // docs/table-28-1.md and docs/table-28-1.json; the test fails when a
 // strategy breaks a guarantee it claims, when a negative control is not
 // caught, or (in CI) when the regenerated table differs from the committed
-// one. The harness never names a strategy: it works from strategy.Registered()
-// and each strategy's Claims.
+// one. The harness never names a strategy: it works from strategy.Registered(),
+// each strategy's Claims, and its Meta.Needs, which package resourcetest
+// starts for it alone (a redis-server with the settings it declares).
 package compare
 
 import (

@@ -23,6 +23,11 @@
 // returns a Result: its checks, each judged against the claims (holds,
 // observed, VIOLATION), and the deterministic facts table 28-1 shows.
 // Package compare runs them all against every registered strategy.
+//
+// A strategy that needs more than PostgreSQL (Meta.Needs: a Redis) gets it
+// from package resourcetest, real and of its own, and helper processes
+// attach with the same addresses. A BUSY answer counts as a definite
+// refusal with nothing written, like SOLD_OUT.
 package strategytest
 
 import (
