@@ -75,9 +75,7 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 	case takeUserHolds:
 		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 	case takeKeyOther:
-		// The key took a unit for another user and its row is not written
-		// yet: once it is, this request is KEY_REUSED; until then, retry.
-		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
+		return d.keyOfAnother(ctx, req)
 	}
 	if die {
 		return strategy.Result{}, errDied
@@ -118,6 +116,40 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 	default:
 		// The unit is taken and marked for this key: a resend inserts it.
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
+	}
+}
+
+// keyOtherWait bounds how long a request whose key another user's request
+// is taking waits for that request's row; keyOtherPoll paces the lookups.
+const (
+	keyOtherWait = time.Second
+	keyOtherPoll = 2 * time.Millisecond
+)
+
+// keyOfAnother answers a request whose key took a unit for another user
+// whose row is not written yet (it is between its script and its insert):
+// once the row is there, KEY_REUSED with it. The owner's insert follows its
+// script at once, so the wait is short; an owner that died there never
+// writes it, and after keyOtherWait the answer is BUSY (nothing written).
+func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	deadline := time.Now().Add(keyOtherWait)
+	tick := time.NewTicker(keyOtherPoll)
+	defer tick.Stop()
+	for {
+		r, found, err := d.lookup(ctx, req.Key)
+		switch {
+		case err != nil:
+			return strategy.Result{}, err
+		case found:
+			return pgstrategy.KnownKey(req, r), nil
+		case time.Now().After(deadline):
+			return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return strategy.Result{}, ctx.Err()
+		case <-tick.C:
+		}
 	}
 }
 

@@ -16,11 +16,13 @@ import (
 
 // The lock is bsm/redislock's: SET key token NX PX ttl to take it, a Lua
 // compare-and-pexpire to renew it and a Lua compare-and-delete to release
-// it, so only the holder of the token can extend or drop it. The library
-// has no watchdog (Redisson's renewal of a lease taken without a lease
-// time), so this file adds one; and when a take is abandoned at the wait
-// bound while its SET may already have run on the server, it deletes the
-// key by its token, which the library cannot do without a *Lock.
+// it, so only the holder of the token can extend or drop it. This file adds
+// what the library lacks: a watchdog (Redisson's renewal of a lease taken
+// without a lease time); a wait loop whose waiting can be observed (the
+// harness counts a waiting take as blocked, as it counts a backend in
+// pg_blocking_pids); and, when a take is abandoned while its SET may have
+// run on the server, the key's deletion by its token, which the library
+// cannot do without a *Lock.
 
 // errLockWait is the wait bound passing without the lock: BUSY.
 var errLockWait = errors.New("lock not granted within the wait bound")
@@ -53,8 +55,13 @@ type held struct {
 }
 
 // take waits up to l.wait for the lock of sku. waiting, when set, is true
-// while it waits. errLockWait means the bound passed; any other error is
-// Redis's (down, or unreachable): either way nothing was written.
+// only while the take sleeps after an attempt that found the lock held by
+// another, never during an attempt, so that an observer that reads it true,
+// finds the key, and reads it true again knows the take waits for another
+// holder. (That is why the wait loop is here and not bsm/redislock's retry
+// strategy: the library's loop cannot be observed.) errLockWait means the
+// bound passed; any other error is Redis's (down, or unreachable): either
+// way nothing was written.
 func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*held, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -63,31 +70,46 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 	token := hex.EncodeToString(b[:])
 	wctx, cancel := context.WithTimeout(ctx, l.wait)
 	defer cancel()
-	if waiting != nil {
-		waiting.Store(true)
-		defer waiting.Store(false)
+	if waiting == nil {
+		waiting = new(atomic.Bool)
 	}
-	lock, err := l.lib.Obtain(wctx, l.key(sku), l.ttl, &redislock.Options{
-		Token:         token,
-		RetryStrategy: redislock.LinearBackoff(l.poll),
-	})
-	if err != nil {
-		// The SET may have run on the server after wctx gave up: drop the
-		// key if it carries our token, or it blocks the SKU for a lease.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = releaseByToken.Run(cctx, l.rdb, []string{l.key(sku)}, token).Err()
-		ccancel()
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, redislock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded):
-			return nil, errLockWait
+	defer waiting.Store(false)
+	tick := time.NewTicker(l.poll)
+	defer tick.Stop()
+	for {
+		waiting.Store(false)
+		lock, err := l.lib.Obtain(wctx, l.key(sku), l.ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
+		if err == nil {
+			h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
+			go h.watchdog()
+			return h, nil
 		}
-		return nil, fmt.Errorf("take lock %s: %w", l.key(sku), err)
+		if !errors.Is(err, redislock.ErrNotObtained) {
+			return nil, l.abandon(ctx, sku, token, err)
+		}
+		waiting.Store(true)
+		select {
+		case <-wctx.Done():
+			return nil, l.abandon(ctx, sku, token, wctx.Err())
+		case <-tick.C:
+		}
 	}
-	h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
-	go h.watchdog()
-	return h, nil
+}
+
+// abandon ends a take that did not get the lock. The last SET may have run
+// on the server after the client gave up on its answer: the key is deleted
+// if it carries our token, or it would block the SKU for a lease.
+func (l *locker) abandon(ctx context.Context, sku, token string, err error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = releaseByToken.Run(cctx, l.rdb, []string{l.key(sku)}, token).Err()
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return errLockWait
+	}
+	return fmt.Errorf("take lock %s: %w", l.key(sku), err)
 }
 
 // watchdog renews the lease every third of it while the work runs, as
