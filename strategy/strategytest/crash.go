@@ -159,7 +159,7 @@ func runServerCrash(ctx context.Context, t *trial) error {
 	sku := t.sku(in.Stock[0].SKU)
 	served := 0
 	for i := 0; i < 3; i++ {
-		op := t.reserve(ctx, "after", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%d", i)), User: t.user(fmt.Sprintf("user-after-%d", i)), SKU: sku, TTL: strategy.TTLForever})
+		op := t.reserveDefinite(ctx, "after", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%d", i)), User: t.user(fmt.Sprintf("user-after-%d", i)), SKU: sku, TTL: strategy.TTLForever})
 		if op.Type == OpOK {
 			served++
 		}

@@ -271,7 +271,7 @@ func runOrdering(ctx context.Context, t *trial, order []step) (string, error) {
 			if held > 1 {
 				doubled = append(doubled, s.in.Name)
 			}
-			if s.outcome != strategy.OutcomeHeld && s.outcome != strategy.OutcomeReplay && d.User == s.req.User && d.SKU == s.req.SKU {
+			if s.outcome != strategy.OutcomeHeld && s.outcome != strategy.OutcomeReplay && s.outcome != strategy.OutcomeBusy && d.User == s.req.User && d.SKU == s.req.SKU {
 				misanswered = append(misanswered, fmt.Sprintf("%s got %s", s.in.Name, s.outcome))
 			}
 		}
@@ -284,7 +284,7 @@ func runOrdering(ctx context.Context, t *trial, order []step) (string, error) {
 	// A rejected request retried after everyone finished: does it get the unit?
 	for _, s := range sessions {
 		if s.outcome == strategy.OutcomeSoldOut {
-			op := t.reserve(ctx, s.in.Name+"'", 0, s.req)
+			op := t.reserveDefinite(ctx, s.in.Name+"'", 0, s.req)
 			s.retry = op.Outcome
 		}
 	}

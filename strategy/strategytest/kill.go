@@ -166,7 +166,7 @@ func runKillReserve(ctx context.Context, t *trial) error {
 	// The units can be sold again, to someone else.
 	sold := 0
 	for i := range reqs {
-		op := t.reserve(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%02d", i)), User: t.user(fmt.Sprintf("user-after-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+		op := t.reserveDefinite(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%02d", i)), User: t.user(fmt.Sprintf("user-after-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
 		if op.Outcome == strategy.OutcomeHeld {
 			sold++
 		}

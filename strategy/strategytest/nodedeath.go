@@ -18,7 +18,7 @@ func runNodeDeath(ctx context.Context, t *trial) error {
 		return strategy.Request{Key: t.key(fmt.Sprintf("%s-%03d", prefix, i)), User: t.user(fmt.Sprintf("user-%s-%03d", prefix, i)), SKU: sku, TTL: strategy.TTLForever}
 	}
 	for i := 0; i < in.Held; i++ {
-		if op := t.reserve(ctx, "c", 0, req("sold", i)); op.Outcome != strategy.OutcomeHeld {
+		if op := t.reserveDefinite(ctx, "c", 0, req("sold", i)); op.Outcome != strategy.OutcomeHeld {
 			return fmt.Errorf("setup: %s answered %s %s", op.Req.Key, op.Outcome, op.Err)
 		}
 	}
@@ -51,7 +51,7 @@ func runNodeDeath(ctx context.Context, t *trial) error {
 	t.fact("after restarting node 0", "available %d, active %d, drift %d", back[sku].Available, back[sku].Active, back[sku].Drift())
 	held := 0
 	for i := 0; i < in.Requests; i++ {
-		if op := t.reserve(ctx, "c", 0, req("after", i)); op.Outcome == strategy.OutcomeHeld {
+		if op := t.reserveDefinite(ctx, "c", 0, req("after", i)); op.Outcome == strategy.OutcomeHeld {
 			held++
 		}
 	}

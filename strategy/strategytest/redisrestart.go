@@ -40,8 +40,12 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	send := func(label string, n int, before func() error) (map[strategy.Outcome]int, int, error) {
 		batch++
 		ops := make([]Op, n)
+		reserve := t.reserveDefinite
+		if before != nil { // Redis is down: BUSY is the answer, not worth resending now
+			reserve = t.reserve
+		}
 		Together(n, func(i int) {
-			ops[i] = t.reserve(ctx, fmt.Sprintf("b%d-c%d", batch, i), i, strategy.Request{
+			ops[i] = reserve(ctx, fmt.Sprintf("b%d-c%d", batch, i), i, strategy.Request{
 				Key: t.key(fmt.Sprintf("req-b%d-%03d", batch, i)), User: t.user(fmt.Sprintf("user-b%d-%03d", batch, i)), SKU: sku, TTL: strategy.TTLForever})
 		})
 		out, unknown := map[strategy.Outcome]int{}, 0
@@ -142,7 +146,7 @@ func (t *trial) resendUnknown(ctx context.Context) error {
 			continue
 		}
 		resent++
-		if again := t.reserve(ctx, op.Process+"'", op.Node, op.Req); again.Type == OpInfo {
+		if again := t.reserveDefinite(ctx, op.Process+"'", op.Node, op.Req); again.Type == OpInfo {
 			unresolved = append(unresolved, t.plain(op.Req.Key)+": "+again.Err)
 		}
 	}

@@ -11,7 +11,9 @@ import (
 
 // runRequests runs the phases of a KindRequests scenario: every request of a
 // phase is sent at once (all goroutines released together), restarts happen
-// between phases.
+// between phases. A request answered BUSY is sent again, as a client told
+// "busy, try again" does (reserveDefinite): the counts are of each
+// request's final answer.
 func runRequests(ctx context.Context, t *trial) error {
 	for pi, ph := range t.in.Phases {
 		label := ph.Name
@@ -47,7 +49,7 @@ func runRequests(ctx context.Context, t *trial) error {
 			jobs := t.phaseJobs(pi, ph, roundSuffix)
 			ops := make([]Op, len(jobs))
 			if err := t.concurrently(ctx, len(jobs), func(i int) {
-				ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
+				ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
 			}); err != nil {
 				return err
 			}
@@ -82,20 +84,6 @@ func runRequests(ctx context.Context, t *trial) error {
 					drift = append(drift, fmt.Sprintf("%s: total %d - available %d - active %d = drift %d", sku, a.Total, a.Available, a.Active, a.Drift()))
 				}
 			}
-		}
-		// A strategy that waits for a lock answers BUSY when its wait bound
-		// passes: a definite refusal like SOLD_OUT, but how many of the
-		// refusals are which depends on scheduling. The table shows their
-		// sum; the split is a varying count.
-		if t.caps.Lock {
-			busy := 0
-			for _, sku := range order {
-				busy += perSKU[sku][strategy.OutcomeBusy]
-				perSKU[sku][refused] += perSKU[sku][strategy.OutcomeSoldOut] + perSKU[sku][strategy.OutcomeBusy]
-				delete(perSKU[sku], strategy.OutcomeSoldOut)
-				delete(perSKU[sku], strategy.OutcomeBusy)
-			}
-			t.vary(label+": BUSY among the refusals", busy)
 		}
 		for _, line := range outcomeLines(order, perSKU) {
 			t.fact(label+": "+line.name, "%s", line.value)
@@ -234,12 +222,9 @@ func groupSKUs(skus []string) []skuGroup {
 	return []skuGroup{{skus[0], skus[:1]}, {fmt.Sprintf("%d others", len(rest)), rest}}
 }
 
-// refused is SOLD_OUT and BUSY counted together (see runRequests).
-const refused strategy.Outcome = "SOLD_OUT or BUSY"
-
 func formatOutcomes(m map[strategy.Outcome]int) string {
 	var parts []string
-	for _, o := range append(strategy.Outcomes, refused) {
+	for _, o := range strategy.Outcomes {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, m[o]))
 		}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -126,6 +127,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		err = runner(ctx, t)
 		if err == nil {
 			err = t.checkDurable(ctx)
+		}
+		if n := t.busyResent.Load(); n > 0 {
+			t.vary("BUSY answers sent again", int(n))
 		}
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
@@ -254,6 +258,9 @@ type trial struct {
 	varying []varyingCount
 	checks  []checkOutcome
 
+	// busyResent counts BUSY answers reserveDefinite sent again.
+	busyResent atomic.Int64
+
 	// restarted is set once a node was restarted: from then on, what the
 	// audit finds is charged to SurvivesRestart, not to NoOversell or
 	// Conserves, so a strategy that does not survive a restart can still
@@ -331,6 +338,25 @@ func sumAvailable(a map[string]strategy.StockAudit) int {
 		n += s.Available
 	}
 	return n
+}
+
+// busyResends bounds how often reserveDefinite sends a request again after
+// BUSY.
+const busyResends = 20
+
+// reserveDefinite sends req and, while the answer is BUSY (nothing written,
+// try again: a lock not granted within its bound), sends it again, as a
+// client told 429 does, at most busyResends times. Every attempt is in the
+// history; the resends are a varying count, since how many requests a
+// lock's queue outlasts depends on scheduling.
+func (t *trial) reserveDefinite(ctx context.Context, proc string, node int, req strategy.Request) Op {
+	for i := 0; ; i++ {
+		op := t.reserve(ctx, proc, node, req)
+		if op.Outcome != strategy.OutcomeBusy || op.Type != OpFail || i >= busyResends || ctx.Err() != nil {
+			return op
+		}
+		t.busyResent.Add(1)
+	}
 }
 
 // reserve sends one request and records it.
@@ -439,7 +465,9 @@ func (t *trial) checkDurable(ctx context.Context) error {
 		}
 	}
 	for _, op := range ops {
-		if op.Kind != "reserve" || !seen[op.Req.Key] || op.Type == OpInfo {
+		// BUSY says nothing about the key ("try again"), like an unknown
+		// outcome says nothing about the reservation.
+		if op.Kind != "reserve" || !seen[op.Req.Key] || op.Type == OpInfo || op.Outcome == strategy.OutcomeBusy {
 			continue
 		}
 		d := durable[op.Req.Key]
