@@ -38,6 +38,18 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 		}
 	}
 
+	// A strategy that needs more than PostgreSQL refuses a config without
+	// it, before writing anything.
+	if len(meta.Needs) > 0 {
+		dep, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}}})
+		if err == nil {
+			_ = dep.Close()
+			t.Errorf("Open without Config.Resources: no error, want one matching strategy.ErrMissingResource (the strategy needs %v)", strategy.NeedsOf(meta))
+		} else if !errors.Is(err, strategy.ErrMissingResource) || !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("Open without Config.Resources: %v, want an error matching strategy.ErrMissingResource and strategy.ErrConfig", err)
+		}
+	}
+
 	// Nothing was written: the SKU opens now.
 	cfg := strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku + "-b", Total: 0}}}
 	dep, err := meta.Open(ctx, cfg)
