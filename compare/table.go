@@ -34,7 +34,7 @@ type TableOptions struct {
 	// a ".short" or ".partial" suffix instead, so a committed table is never
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
-	// Parallel is how many strategies and controls run at once (0 means 3:
+	// Parallel is how many strategies and controls run at once (0 means 4:
 	// most of a scenario's time is spent waiting on locks and round trips,
 	// not on the 2 cores CI has).
 	Parallel int
@@ -64,7 +64,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	exclusiveDB, partial := exclusiveDatabases(t)
 	par := opts.Parallel
 	if par == 0 {
-		par = 3
+		par = 4
 	}
 
 	start := time.Now()
