@@ -171,7 +171,12 @@ func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Cli
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: redis address %q: %v", Name, strategy.ErrConfig, addr, err)
 	}
-	opt.MaxRetries = 1
+	// No automatic retry: a command retried after its connection broke may
+	// have run the first time, and a dial error on the retry would then be
+	// taken for "never reached Redis" (BUSY) while the unit was taken.
+	// Without retries a dial error proves the script never ran; anything
+	// else is an unknown outcome, which a resend of the request settles.
+	opt.MaxRetries = -1
 	opt.DialerRetries = 1 // go-redis's default, 5 dials 100 ms apart, makes a down Redis cost 0.5 s a call
 	opt.DialTimeout = time.Second
 	opt.ReadTimeout = 2 * time.Second

@@ -102,6 +102,10 @@ type Scenario struct {
 	// they run only where the harness has a server of their own (Env.Server).
 	ExclusiveServer bool `json:"exclusive_server,omitempty"`
 
+	// KillInFlight (redis-restart) adds the mid-run fault: Redis SIGKILLed
+	// with requests in flight, on a SKU of its own.
+	KillInFlight bool `json:"kill_in_flight,omitempty"`
+
 	// KindLockFault: what makes the lock stop protecting its holder
 	// (LockUnlockBeforeCommit, LockExpire, LockRestartEmpty).
 	LockFault string `json:"lock_fault,omitempty"`

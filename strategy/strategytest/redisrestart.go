@@ -3,13 +3,16 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
 // runRedisRestart sends batches of requests with the strategy's Redis
 // going down between them, no request in flight at each fault (so the
-// counts are the design's, not the scheduler's):
+// counts are the design's, not the scheduler's), then once with requests
+// in flight:
 //
 //	before            requests with Redis up
 //	after SIGKILL     Redis SIGKILLed and restarted on its files: it keeps
@@ -20,6 +23,8 @@ import (
 //	after restart     started again on its files
 //	after empty       SIGKILLed and restarted with no data (a replacement
 //	                  instance): then_requests more, enough to sell out
+//	in flight         kill_in_flight: on a SKU of its own, SIGKILLed while
+//	                  requests are in flight (killInFlight)
 //
 // The audit after each batch is charged to NoOversell and Conserves before
 // the first fault, to SurvivesRestart after it: a design that keeps its
@@ -132,17 +137,128 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	if _, _, err := send("after a restart empty", in.ThenRequests, nil); err != nil {
 		return err
 	}
+	if in.KillInFlight {
+		if err := t.killInFlight(ctx, srv); err != nil {
+			return err
+		}
+	}
 	return t.resendUnknown(ctx)
 }
 
-// resendUnknown sends every request whose outcome was unknown again, as the
-// contract tells a client to, now that everything is up: each must get a
-// definite answer.
+// killInFlight is the mid-run fault, on a SKU like the first (its name
+// with "-inflight", the same total) in a deployment of its own (so that its counts, which depend on scheduling, stay out of the
+// trial's audit): 2 x requests are sent at once and Redis is SIGKILLed as
+// soon as the first is answered, with the others in flight, then restarted
+// on its files once they are all answered. The requests that got no answer
+// are sent again, then then_requests more sell the SKU out. How many sold,
+// failed or got no answer, and by how much the audit is off, are varying
+// counts; whether it is off is judged against SurvivesRestart.
+func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error {
+	in := t.in
+	plain := in.Stock[0].SKU + "-inflight"
+	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: in.Stock[0].Total}}, Nodes: in.Nodes, Resources: t.cfg.Resources}
+	dep, err := t.env.Meta.Open(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open the in-flight deployment: %w", err)
+	}
+	defer dep.Close()
+	send := func(proc string, i int, req strategy.Request) Op {
+		op := Op{Process: proc, Node: i % cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
+		res, err := dep.Node(i%cfg.NodeCount()).Reserve(ctx, req)
+		return t.hist.End(reserveOp(op, res, err))
+	}
+	definite := func(proc string, i int, req strategy.Request) Op {
+		for try := 0; ; try++ {
+			op := send(proc, i, req)
+			if op.Outcome != strategy.OutcomeBusy || op.Type != OpFail || try >= busyResends || ctx.Err() != nil {
+				return op
+			}
+			t.busyResent.Add(1)
+		}
+	}
+	req := func(prefix string, i int) strategy.Request {
+		return strategy.Request{Key: t.key(fmt.Sprintf("req-%s-%03d", prefix, i)), User: t.user(fmt.Sprintf("user-%s-%03d", prefix, i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
+	}
+	n := 2 * in.Requests
+	first := make(chan struct{})
+	var once sync.Once
+	killed := make(chan error, 1)
+	go func() {
+		<-first
+		killed <- srv.Kill(ctx)
+	}()
+	ops := make([]Op, n)
+	Together(n, func(i int) {
+		ops[i] = send(fmt.Sprintf("f-c%d", i), i, req("inflight", i))
+		once.Do(func() { close(first) })
+	})
+	if err := <-killed; err != nil {
+		return fmt.Errorf("SIGKILL under load: %w", err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		return fmt.Errorf("restart after the SIGKILL under load: %w", err)
+	}
+	sold, unknown, unresolved := 0, 0, 0
+	for i, op := range ops {
+		switch {
+		case op.Type == OpInfo:
+			unknown++
+			if again := definite(op.Process+"'", i, op.Req); again.Type == OpInfo {
+				unresolved++
+			}
+		case op.Outcome == strategy.OutcomeHeld:
+			sold++
+		}
+	}
+	t.vary("in flight: sold before the SIGKILL", sold)
+	t.vary("in flight: no answer at the SIGKILL", unknown)
+	t.check(Base, "in flight: every unanswered request gets an answer when sent again", unresolved == 0,
+		"some requests still got no answer once Redis was back (counts in last-run.json)")
+	Together(in.ThenRequests, func(i int) { definite(fmt.Sprintf("f-n%d", i), i, req("after", i)) })
+	audits, err := dep.Audit(ctx)
+	if err != nil {
+		return err
+	}
+	if len(audits) != 1 {
+		return fmt.Errorf("in-flight audit: %d rows, want 1", len(audits))
+	}
+	a := audits[0]
+	t.vary("in flight: oversold", a.Oversold())
+	t.vary("in flight: drift", a.Drift())
+	t.fact("in flight", "%s: Redis SIGKILLed after the first of %d answers, restarted on its files; unanswered requests sent again, then %d more",
+		plain, n, in.ThenRequests)
+	t.check(strategy.SurvivesRestart, "in flight: active reservations never exceed the stock", a.Oversold() == 0,
+		plain+": more active reservations than units (by how many varies: last-run.json)")
+	t.check(strategy.SurvivesRestart, "in flight: total - available == active once the unanswered are sent again", a.Drift() == 0,
+		plain+": the counter and the reservations disagree (by how much varies: last-run.json)")
+	return nil
+}
+
+func unknownNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d unknown", n)
+}
+
+// owns reports whether sku is one of the trial's deployment.
+func (t *trial) owns(sku string) bool {
+	for _, s := range t.cfg.Stock {
+		if s.SKU == sku {
+			return true
+		}
+	}
+	return false
+}
+
+// resendUnknown sends every request of the trial's deployment whose outcome
+// was unknown again, as the contract tells a client to, now that everything
+// is up: each must get a definite answer.
 func (t *trial) resendUnknown(ctx context.Context) error {
 	var unresolved []string
 	resent := 0
 	for _, op := range t.hist.Ops() {
-		if op.Kind != "reserve" || op.Type != OpInfo {
+		if op.Kind != "reserve" || op.Type != OpInfo || !t.owns(op.Req.SKU) {
 			continue
 		}
 		resent++
@@ -154,11 +270,4 @@ func (t *trial) resendUnknown(ctx context.Context) error {
 	t.check(Base, "every unknown outcome is resolved by sending the same request again", len(unresolved) == 0,
 		fmt.Sprintf("%d still unknown: %s", len(unresolved), sample(unresolved)))
 	return nil
-}
-
-func unknownNote(n int) string {
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf(", %d unknown", n)
 }
