@@ -5,9 +5,10 @@ GO ?= go
 
 all: test
 
-## deps: install PostgreSQL binaries when missing (Debian: apt-get install -y postgresql)
+## deps: install PostgreSQL and redis-server binaries when missing (Debian: apt-get install -y postgresql redis-server)
 deps:
 	@./scripts/ensure-postgres.sh
+	@./scripts/ensure-redis.sh
 
 ## table: rebuild table 28-1 (docs/table-28-1.md) from real transactions
 table: deps

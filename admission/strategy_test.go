@@ -13,6 +13,7 @@ import (
 	"github.com/reservebench/reservebench/admission"
 	_ "github.com/reservebench/reservebench/all"
 	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -42,7 +43,8 @@ func TestRealStrategies(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			db, _ := pgtest.Pools(t)
-			dep, err := m.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: "c28-05", Total: stock}}})
+			res := resourcetest.New(t, m) // what the strategy needs besides PostgreSQL
+			dep, err := m.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: "c28-05", Total: stock}}, Resources: res.Addrs()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	_ "github.com/reservebench/reservebench/all"
 	"github.com/reservebench/reservebench/bench"
 	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -28,6 +29,7 @@ var fsyncServer struct {
 	srv  *pgtest.Server
 	err  error
 	dbs  map[string]*pgtest.Database
+	res  map[string]resourcetest.Set // what each strategy needs besides PostgreSQL
 	sku  int
 }
 
@@ -48,6 +50,7 @@ func BenchmarkReserve(b *testing.B) {
 		defer cancel()
 		fsyncServer.srv, fsyncServer.err = pgtest.Start(ctx, pgtest.Options{Fsync: true})
 		fsyncServer.dbs = map[string]*pgtest.Database{}
+		fsyncServer.res = map[string]resourcetest.Set{}
 	})
 	if fsyncServer.err != nil {
 		b.Fatal(fsyncServer.err)
@@ -55,6 +58,9 @@ func BenchmarkReserve(b *testing.B) {
 	b.Cleanup(func() {
 		if fsyncServer.srv != nil {
 			_ = fsyncServer.srv.Stop()
+		}
+		for _, set := range fsyncServer.res {
+			_ = set.Close()
 		}
 	})
 	metas := strategy.Registered()
@@ -93,7 +99,14 @@ func benchmarkReserve(b *testing.B, m strategy.Meta, clients int) {
 	defer pool.Close()
 	fsyncServer.sku++
 	sku := fmt.Sprintf("b-%06d", fsyncServer.sku)
-	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: b.N + 1}}, Nodes: 1})
+	res, ok := fsyncServer.res[m.Name]
+	if !ok {
+		if res, err = resourcetest.Start(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+		fsyncServer.res[m.Name] = res
+	}
+	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: b.N + 1}}, Nodes: 1, Resources: res.Addrs()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,6 +46,13 @@ type Cost struct {
 	// the Go pool's size.
 	Connections int `json:"connections"`
 	PoolConns   int `json:"pool_conns"`
+	// RedisCommands is what the strategy's Redis processed during the
+	// trial (INFO stats total_commands_processed, less the reading's own
+	// INFO). Redis counts a script's EVALSHA and every command the script
+	// calls, so this is work done in Redis, not round trips: rediscounter's
+	// one round trip per success is 7 commands (EVALSHA and its six calls).
+	// Zero for strategies without Redis.
+	RedisCommands int64 `json:"redis_commands,omitempty"`
 }
 
 // PerSuccess divides every counter by n successes (HELD answers, including
@@ -56,6 +63,9 @@ type PerSuccess struct {
 	RowsWritten float64 `json:"rows_written"`
 	RoundTrips  float64 `json:"round_trips"` // Go only: (queries + prepares) / n
 	Commits     float64 `json:"commits"`
+	// RedisCommands are the commands Redis ran per success (see
+	// Cost.RedisCommands).
+	RedisCommands float64 `json:"redis_commands,omitempty"`
 }
 
 // Per returns the cost per success.
@@ -65,11 +75,12 @@ func (c Cost) Per(n int64) PerSuccess {
 	}
 	f := float64(n)
 	return PerSuccess{
-		WALBytes:    float64(c.WALBytes) / f,
-		WALSyncs:    float64(c.WALSyncs) / f,
-		RowsWritten: float64(c.RowsWritten) / f,
-		RoundTrips:  float64(c.Queries+c.Prepares) / f,
-		Commits:     float64(c.Commits) / f,
+		WALBytes:      float64(c.WALBytes) / f,
+		WALSyncs:      float64(c.WALSyncs) / f,
+		RowsWritten:   float64(c.RowsWritten) / f,
+		RoundTrips:    float64(c.Queries+c.Prepares) / f,
+		Commits:       float64(c.Commits) / f,
+		RedisCommands: float64(c.RedisCommands) / f,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reservebench/reservebench/admission"
 	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -38,6 +39,7 @@ type Env struct {
 	mu     sync.Mutex
 	admin  *pgx.Conn
 	dbs    map[string]*pgtest.Database
+	res    map[string]resourcetest.Set // per strategy: what it needs besides PostgreSQL
 	serial int64
 }
 
@@ -48,7 +50,7 @@ func NewEnv(ctx context.Context, srv *pgtest.Server) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect admin: %w", err)
 	}
-	e := &Env{Server: srv, admin: admin, dbs: map[string]*pgtest.Database{}}
+	e := &Env{Server: srv, admin: admin, dbs: map[string]*pgtest.Database{}, res: map[string]resourcetest.Set{}}
 	if pb, err := FindPgbench(srv.BinDir()); err == nil {
 		e.Pgbench = pb
 	}
@@ -64,8 +66,28 @@ func (e *Env) Close(ctx context.Context) error {
 		errs = append(errs, e.Server.DropDatabase(ctx, db.Name))
 	}
 	e.dbs = map[string]*pgtest.Database{}
+	for _, set := range e.res {
+		errs = append(errs, set.Close())
+	}
+	e.res = map[string]resourcetest.Set{}
 	errs = append(errs, e.admin.Close(ctx))
 	return errors.Join(errs...)
+}
+
+// Resources returns what strategy m needs besides PostgreSQL (its Redis),
+// started on first use (package resourcetest) and kept for the Env's life.
+func (e *Env) Resources(ctx context.Context, m strategy.Meta) (resourcetest.Set, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if set, ok := e.res[m.Name]; ok {
+		return set, nil
+	}
+	set, err := resourcetest.Start(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("bench: resources for %s: %w", m.Name, err)
+	}
+	e.res[m.Name] = set
+	return set, nil
 }
 
 // Database returns the database of one strategy, creating it on first use.
@@ -198,7 +220,11 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	dep, err := spec.Meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: spec.Stock}}, Nodes: 1})
+	res, err := e.Resources(ctx, spec.Meta)
+	if err != nil {
+		return nil, err
+	}
+	dep, err := spec.Meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: spec.Stock}}, Nodes: 1, Resources: res.Addrs()})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open %s: %w", spec.Meta.Name, err)
 	}
@@ -230,6 +256,10 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	trips.queries.Store(0)
 	trips.prepares.Store(0)
 	before, err := e.counters(ctx, db.Name)
+	if err != nil {
+		return nil, err
+	}
+	redisCount, err := startRedisCounter(ctx, res)
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +327,9 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	}
 	t.Cost = after.since(before)
 	t.Cost.Queries, t.Cost.Prepares = trips.queries.Load(), trips.prepares.Load()
+	if t.Cost.RedisCommands, err = redisCount.since(ctx); err != nil {
+		return nil, err
+	}
 	if spec.Tool == ToolGo {
 		t.Cost.PoolConns = poolSize
 	}
@@ -406,8 +439,12 @@ func (e *Env) Capabilities(ctx context.Context, m strategy.Meta) (pgbench bool, 
 		return false, nil, err
 	}
 	defer pool.Close()
+	res, err := e.Resources(ctx, m)
+	if err != nil {
+		return false, nil, err
+	}
 	sku := fmt.Sprintf("caps-%06d", e.next())
-	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Nodes: 1})
+	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Nodes: 1, Resources: res.Addrs()})
 	if err != nil {
 		return false, nil, fmt.Errorf("bench: open %s: %w", m.Name, err)
 	}

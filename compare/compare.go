@@ -6,8 +6,9 @@
 // docs/table-28-1.md and docs/table-28-1.json; the test fails when a
 // strategy breaks a guarantee it claims, when a negative control is not
 // caught, or (in CI) when the regenerated table differs from the committed
-// one. The harness never names a strategy: it works from strategy.Registered()
-// and each strategy's Claims.
+// one. The harness never names a strategy: it works from strategy.Registered(),
+// each strategy's Claims, and its Meta.Needs, which package resourcetest
+// starts for it alone (a redis-server with the settings it declares).
 package compare
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest"
@@ -41,6 +43,9 @@ type Options struct {
 	ShortScenarios []string
 	// Parallel is how many strategies run at once (default 1).
 	Parallel int
+	// slots, when set, bounds the strategies running at once instead of
+	// Parallel: Table shares it between the strategies and the controls.
+	slots chan struct{}
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -159,8 +164,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	scenarios := ordered(opts.Scenarios)
 	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
-	par := max(opts.Parallel, 1)
-	sem := make(chan struct{}, par)
+	sem := opts.slots
+	if sem == nil {
+		sem = make(chan struct{}, max(opts.Parallel, 1))
+	}
 	var wg sync.WaitGroup
 	for i, meta := range opts.Strategies {
 		wg.Add(1)
@@ -189,13 +196,23 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		return sr
 	}
 	defer done()
+	// What the strategy needs besides PostgreSQL (its Redis), started for
+	// it alone: some scenarios kill it.
+	res, err := resourcetest.Start(ctx, meta)
+	if err != nil {
+		for _, in := range scenarios {
+			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("resources for %s: %w", meta.Name, err)))
+		}
+		return sr
+	}
+	defer res.Close()
 	hung := ""
 	for _, in := range scenarios {
 		if hung != "" {
 			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung)))
 			continue
 		}
-		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
+		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
 		r, abandoned := runScenarioBounded(ctx, opts, env, in)
 		if abandoned {
 			hung = in.Name

@@ -34,7 +34,9 @@ type TableOptions struct {
 	// a ".short" or ".partial" suffix instead, so a committed table is never
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
-	// Parallel is how many strategies run at once (0 means 2).
+	// Parallel is how many strategies and controls run at once (0 means 4:
+	// most of a scenario's time is spent waiting on locks and round trips,
+	// not on the 2 cores CI has).
 	Parallel int
 	// Source says what the table's header links to (the zero value suits
 	// this repository's docs/); a module of its own names its own command.
@@ -65,17 +67,27 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	exclusiveDB, partial := exclusiveDatabases(t)
 	par := opts.Parallel
 	if par == 0 {
-		par = 2
+		par = 4
 	}
 
 	start := time.Now()
-	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: par})
+	// The strategies and the controls share the slots, so that the short
+	// controls fill the gaps the long strategies leave.
+	slots := make(chan struct{}, par)
+	var controlReports []*ControlReport
+	controlsDone := make(chan struct{})
+	go func() {
+		defer close(controlsDone)
+		if opts.Controls {
+			controlReports = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
+		}
+	}()
+	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
+	<-controlsDone
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Controls {
-		rep.Controls = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
-	}
+	rep.Controls = controlReports
 	rep.Server = serverMajor(t, srv)
 	rep.Source = opts.Source
 	t.Logf("all strategies and controls in %v", time.Since(start).Round(time.Millisecond))
@@ -105,11 +117,11 @@ func Table(t *testing.T, opts TableOptions) *Report {
 }
 
 // runControls runs each negative control against the scenarios that must
-// catch it, par at a time, and judges them.
-func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
+// catch it, as many at a time as opts.slots allows, and judges them.
+func runControls(ctx context.Context, opts Options) []*ControlReport {
 	all := controls.All()
 	out := make([]*ControlReport, len(all))
-	sem := make(chan struct{}, par)
+	sem := opts.slots
 	var wg sync.WaitGroup
 	for i, c := range all {
 		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks, Race: c.Race}

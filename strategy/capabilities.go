@@ -13,6 +13,7 @@ type Capabilities struct {
 	Expire        bool // Expirer
 	Sessions      bool // SessionOpener
 	ExpirySession bool // ExpirySessionOpener
+	Lock          bool // LockTaker (its sessions are LockedSessions)
 
 	// On the deployment.
 	Age             bool // Ager
@@ -44,6 +45,7 @@ func ProbeNode(n Strategy) Capabilities {
 	_, c.Expire = n.(Expirer)
 	_, c.Sessions = n.(SessionOpener)
 	_, c.ExpirySession = n.(ExpirySessionOpener)
+	_, c.Lock = n.(LockTaker)
 	return c
 }
 
@@ -60,6 +62,7 @@ func (c Capabilities) Missing(want Capabilities) string {
 		{want.Expire, c.Expire, "Expirer"},
 		{want.Sessions, c.Sessions, "SessionOpener"},
 		{want.ExpirySession, c.ExpirySession, "ExpirySessionOpener"},
+		{want.Lock, c.Lock, "LockTaker"},
 		{want.Age, c.Age, "Ager (on the Deployment)"},
 		{want.Restart, c.Restart, "Restarter (on the Deployment)"},
 		{want.CrashMidReserve, c.CrashMidReserve, "ReserveCrasher (on the Deployment)"},

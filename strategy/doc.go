@@ -18,6 +18,12 @@
 //	Restarter            restart a node in place (Deployment; restart, node-death: n/a)
 //	ReserveCrasher       a request that dies mid-reserve (Deployment; node-death: n/a)
 //	Meta.Attach          a second process over the same stock (kill-release, kill-reserve: n/a)
+//	LockTaker            a lock outside PostgreSQL, LockedSession (lock-fault scenarios: n/a)
+//
+// A strategy that needs more than PostgreSQL (a Redis server) says so in
+// Meta.Needs, and whoever deploys it provides each [Resource] in
+// Config.Resources. A definite "busy, try again" refusal (a lock not granted
+// in time, Redis down) is [OutcomeBusy]: nothing was written, like SOLD_OUT.
 //
 // What a strategy promises is stated as [Claims]. The harness (package compare)
 // and the conformance kit (package strategytest) judge every observation against

@@ -14,7 +14,7 @@ import (
 // Every method is safe for concurrent use by many goroutines.
 //
 // Errors: Reserve returns (Result, nil) whenever the outcome is known, including
-// SOLD_OUT, USER_LIMIT and KEY_REUSED. An invalid request returns a Result with
+// SOLD_OUT, USER_LIMIT, KEY_REUSED and BUSY (nothing written, try again). An invalid request returns a Result with
 // OutcomeBadRequest and an error matching ErrBadRequest; nothing was written.
 // Any other error means the outcome is unknown to the caller: the reservation
 // may or may not have been committed (a timeout or a broken connection at
@@ -240,6 +240,12 @@ type Config struct {
 	// Nodes is the number of nodes serving the stock; 0 means 1. Strategies
 	// that split stock across nodes give node i the share Stock.Share(Nodes, i).
 	Nodes int
+
+	// Resources gives the address of each resource the strategy needs
+	// besides PostgreSQL (Meta.Needs), e.g. {Redis: "unix:///tmp/r/redis.sock"}.
+	// A strategy that needs none ignores it. Open fails with an error
+	// matching ErrMissingResource when one it needs is missing.
+	Resources map[Resource]string
 }
 
 // MaxTotal bounds the stock of one SKU: it must fit PostgreSQL's int4,
@@ -370,6 +376,10 @@ type Meta struct {
 	Correctness string
 	// Claims are the guarantees the harness holds the strategy to.
 	Claims Claims
+	// Needs lists what the strategy needs besides PostgreSQL (a Redis
+	// server, and the settings it must run with). Whoever deploys the
+	// strategy provides each in Config.Resources. Nil: PostgreSQL alone.
+	Needs []Need
 	// Open deploys the strategy over cfg.DB with cfg.Stock. It validates cfg
 	// first and writes nothing when it is invalid.
 	Open func(ctx context.Context, cfg Config) (Deployment, error)
@@ -387,3 +397,43 @@ type Meta struct {
 
 // TTLForever is a TTL for cases that never expire anything.
 const TTLForever = time.Hour
+
+// LockTaker is implemented by nodes whose reservations take a lock outside
+// PostgreSQL (a Redis lock per SKU) before they write. The harness uses it
+// to run the lock-fault scenarios against any such strategy: the lock
+// released before the commit, the lock expiring while its holder is
+// stalled, the lock service restarted empty. Without it those scenarios
+// are not applicable. The sessions of such a node implement LockedSession.
+type LockTaker interface {
+	// LockOf describes the lock a reservation of sku takes.
+	LockOf(sku string) LockInfo
+}
+
+// LockInfo says where a lock lives, so the harness can watch it (for
+// Redis: PTTL of Key on the server of the Resource).
+type LockInfo struct {
+	Resource Resource
+	Key      string
+	// TTL is the lease a holder's renewal (watchdog) keeps extending; Wait
+	// bounds how long a reservation waits for the lock before BUSY.
+	TTL, Wait time.Duration
+}
+
+// LockedSession is a Session of a LockTaker: its Reserve takes the SKU's
+// lock and holds it until Commit or Rollback (released after the commit).
+// The other methods let the harness reproduce what goes wrong with locks.
+type LockedSession interface {
+	Session
+	// LockWaiting reports whether a Reserve of this session is waiting for
+	// the lock right now: the harness counts it as blocked, as it counts a
+	// backend in pg_blocking_pids.
+	LockWaiting() bool
+	// DropLock releases the lock now, before the transaction ends: an
+	// unlock in a finally block that runs before the commit (seed 002's
+	// timeline).
+	DropLock(ctx context.Context) error
+	// StallLock stops renewing the lock and shortens its remaining lease to
+	// ttl, as a holder stalled past its lease (a GC pause, a lost watchdog)
+	// would leave it: the lock expires while the work is still open.
+	StallLock(ctx context.Context, ttl time.Duration) error
+}

@@ -19,10 +19,16 @@ const (
 	OutcomeUserLimit  Outcome = "USER_LIMIT"  // the user already holds an active reservation for the SKU; nothing was written
 	OutcomeKeyReused  Outcome = "KEY_REUSED"  // the key is known with another user or SKU; nothing was written
 	OutcomeBadRequest Outcome = "BAD_REQUEST" // a field is missing or invalid, or the SKU is unknown; nothing was written
+	// OutcomeBusy: the strategy could not decide now (its lock was not
+	// granted within its wait bound, or a component it needs is down);
+	// nothing was written, and sending the same request again is safe. It
+	// is a definite refusal, like SOLD_OUT, not an unknown outcome: an
+	// HTTP service answers it 429 or 503 with Retry-After.
+	OutcomeBusy Outcome = "BUSY"
 )
 
 // Outcomes lists every outcome in a fixed order, for tables and counters.
-var Outcomes = []Outcome{OutcomeHeld, OutcomeReplay, OutcomeSoldOut, OutcomeUserLimit, OutcomeKeyReused, OutcomeBadRequest}
+var Outcomes = []Outcome{OutcomeHeld, OutcomeReplay, OutcomeSoldOut, OutcomeUserLimit, OutcomeKeyReused, OutcomeBadRequest, OutcomeBusy}
 
 // Status is the state of a reservation.
 type Status string

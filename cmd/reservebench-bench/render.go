@@ -336,15 +336,15 @@ func (r *results) costSection(b *strings.Builder, ix index) {
 	mx := r.maxClients()
 	w("## 2. What a success costs the database\n\n")
 	w("Medians over the trials of the closed loop (Go client, never-sells-out stock), per success; the columns are defined in %s.\n\n", see("cost-per-success", "cost per success"))
-	w("| strategy | clients | WAL bytes | fsync | rows written | round trips | ctx sw | cores busy | conns |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| strategy | clients | WAL bytes | fsync | rows written | round trips | Redis commands | ctx sw | cores busy | conns |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, name := range r.strategies() {
 		for _, c := range r.Config.Clients {
 			s := ix.find(expClosed, name, bench.ToolGo, "", c, "")
 			if s == nil {
 				continue
 			}
-			w("| `%s` | %d | %.0f | %.2f | %.2f | %.2f | %.1f | %.2f | %d |\n", name, c, s.WALBytes.Median, s.WALSyncs.Median, s.Rows.Median,
-				s.RoundTrips.Median, s.CtxSw.Median, s.Cores.Median, s.MaxConns)
+			w("| `%s` | %d | %.0f | %.2f | %.2f | %.2f | %.1f | %.1f | %.2f | %d |\n", name, c, s.WALBytes.Median, s.WALSyncs.Median, s.Rows.Median,
+				s.RoundTrips.Median, s.Redis.Median, s.CtxSw.Median, s.Cores.Median, s.MaxConns)
 		}
 	}
 	w("\n")

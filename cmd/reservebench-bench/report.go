@@ -35,7 +35,10 @@ type summary struct {
 	WALSyncs   bench.Summary `json:"wal_syncs_per_success"`
 	Rows       bench.Summary `json:"rows_per_success"`
 	RoundTrips bench.Summary `json:"round_trips_per_success"`
-	CtxSw      bench.Summary `json:"ctx_switches_per_success"`
+	// Redis is the commands the strategy's Redis ran per success (0 for a
+	// strategy without Redis).
+	Redis bench.Summary `json:"redis_commands_per_success"`
+	CtxSw bench.Summary `json:"ctx_switches_per_success"`
 	Cores      bench.Summary `json:"cores_busy"`
 	MaxConns   int           `json:"max_connections"`
 
@@ -66,7 +69,7 @@ func summarize(recs []*record) []*summary {
 	for _, k := range order {
 		rs := byKey[k]
 		s := &summary{Cell: rs[0].Cell, Trials: len(rs), Waits: map[string]float64{}, Holders: map[string]float64{}}
-		var good, thr, p50, p99, wal, syncs, rows, rtt, ctx, cores, last []float64
+		var good, thr, p50, p99, wal, syncs, rows, rtt, redisCmds, ctx, cores, last []float64
 		var held, refused, shed, lag []*hdrhistogram.Histogram
 		nWaits, nHolders := 0, 0
 		for _, r := range rs {
@@ -92,6 +95,7 @@ func summarize(recs []*record) []*summary {
 				rows = append(rows, t.PerHeld.RowsWritten)
 				if t.Tool == bench.ToolGo {
 					rtt = append(rtt, t.PerHeld.RoundTrips)
+					redisCmds = append(redisCmds, t.PerHeld.RedisCommands)
 				}
 				ctx = append(ctx, float64(run.CPU.CtxSwitches)/float64(run.HeldTotal))
 			}
@@ -145,6 +149,7 @@ func summarize(recs []*record) []*summary {
 		s.Held, s.Refused, s.Shed, s.Lag = bench.MergeQuantiles(held...), bench.MergeQuantiles(refused...), bench.MergeQuantiles(shed...), bench.MergeQuantiles(lag...)
 		s.WALBytes, s.WALSyncs, s.Rows = bench.Summarize(wal), bench.Summarize(syncs), bench.Summarize(rows)
 		s.RoundTrips, s.CtxSw, s.Cores = bench.Summarize(rtt), bench.Summarize(ctx), bench.Summarize(cores)
+		s.Redis = bench.Summarize(redisCmds)
 		s.LastHeld = bench.Summarize(last)
 		out = append(out, s)
 	}
@@ -262,6 +267,9 @@ func benchLine(r *record) string {
 		metric(t.PerHeld.RowsWritten, "rows/succ")
 		if t.Tool == bench.ToolGo {
 			metric(t.PerHeld.RoundTrips, "rtt/succ")
+			if t.PerHeld.RedisCommands > 0 {
+				metric(t.PerHeld.RedisCommands, "redis/succ")
+			}
 		}
 		metric(float64(run.CPU.CtxSwitches)/float64(run.HeldTotal), "ctxsw/succ")
 	}

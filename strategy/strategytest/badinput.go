@@ -90,7 +90,7 @@ func runBadInput(ctx context.Context, t *trial) error {
 	t.check(Base, "a malformed request is BAD_REQUEST with a typed error naming the field", len(wrong) == 0, strings.Join(wrong, "; "))
 	t.check(Base, "a malformed request writes nothing", len(written) == 0, strings.Join(written, "; "))
 
-	ok := t.reserve(ctx, "c", 0, strategy.Request{Key: t.key("req-good"), User: t.user("user-0042"), SKU: sku, TTL: time.Minute})
+	ok := t.reserveDefinite(ctx, "c", 0, strategy.Request{Key: t.key("req-good"), User: t.user("user-0042"), SKU: sku, TTL: time.Minute})
 	t.check(Base, "a valid request after malformed ones is HELD", ok.Outcome == strategy.OutcomeHeld,
 		fmt.Sprintf("got %s %s", ok.Outcome, ok.Err))
 	return nil

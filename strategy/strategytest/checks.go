@@ -14,13 +14,13 @@ import (
 // checkConfig: an invalid Config is refused with ErrConfig and writes
 // nothing; a SKU cannot be opened twice; a fresh deployment audits clean;
 // nodes can be restarted.
-func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
+func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("cfg")
 	bad := map[string]strategy.Config{
-		"no database":                         {Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
-		"no stock":                            {DB: db},
+		"no database":                         {Resources: rs, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"no stock":                            {Resources: rs, DB: db},
 		"negative total":                      {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: -1}}},
 		"sku twice":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku, Total: 5}}},
 		"empty sku":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: "", Total: 5}}},
@@ -40,15 +40,27 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 		}
 	}
 
+	// A strategy that needs more than PostgreSQL refuses a config without
+	// it, before writing anything.
+	if len(meta.Needs) > 0 {
+		dep, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}}})
+		if err == nil {
+			_ = dep.Close()
+			t.Errorf("Open without Config.Resources: no error, want one matching strategy.ErrMissingResource (the strategy needs %v)", strategy.NeedsOf(meta))
+		} else if !errors.Is(err, strategy.ErrMissingResource) || !errors.Is(err, strategy.ErrConfig) {
+			t.Errorf("Open without Config.Resources: %v, want an error matching strategy.ErrMissingResource and strategy.ErrConfig", err)
+		}
+	}
+
 	// Nothing was written: the SKU opens now.
-	cfg := strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku + "-b", Total: 0}}}
+	cfg := strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku + "-b", Total: 0}}}
 	dep, err := meta.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Open after refused configs: %v (did a refused Open write stock?)", err)
 	}
 	defer dep.Close()
 
-	again, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 7}}})
+	again, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 7}}})
 	if err == nil {
 		_ = again.Close()
 		t.Errorf("second Open of sku %s: no error, want strategy.ErrStockExists", sku)
@@ -124,7 +136,7 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 
 	// A second process attaches to the same stock: nothing written, same state.
 	if caps.Attach {
-		attached, err := meta.Attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: cfg.Stock})
+		attached, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: cfg.Stock})
 		if err != nil {
 			t.Fatalf("Attach over existing stock: %v", err)
 		}
@@ -135,13 +147,13 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
 			t.Errorf("Close of the attached deployment: %v", err)
 		}
 		checkAudit("after another deployment attached", 4, 1)
-		if d, err := meta.Attach(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
+		if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
 			_ = d.Close()
 			t.Errorf("Attach over a SKU that has no stock: no error, want strategy.ErrConfig")
 		} else if !errors.Is(err, strategy.ErrConfig) {
 			t.Errorf("Attach over a SKU that has no stock: %v, want strategy.ErrConfig", err)
 		}
-		if d, err := meta.Attach(ctx, strategy.Config{DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 6}, {SKU: sku + "-b", Total: 0}}}); err == nil {
+		if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 6}, {SKU: sku + "-b", Total: 0}}}); err == nil {
 			_ = d.Close()
 			t.Errorf("Attach with another total than the stock was loaded with: no error, want strategy.ErrConfig")
 		} else if !errors.Is(err, strategy.ErrConfig) {
@@ -188,11 +200,11 @@ func checkNodeRange(t *testing.T, dep strategy.Deployment, i int) {
 
 // checkSession: a held-open attempt is invisible until Commit, gone after
 // Rollback, and Rollback after Commit is harmless.
-func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool) {
+func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("sess")
-	dep, err := meta.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func (t *trial) holdMany(ctx context.Context, n int) ([]string, error) {
 	ops := make([]Op, n)
 	Together(n, func(i int) {
 		keys[i] = t.key(fmt.Sprintf("req-%04d", i))
-		ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), i, strategy.Request{
+		ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("c%d", i), i, strategy.Request{
 			Key: keys[i], User: t.user(fmt.Sprintf("user-%04d", i)), SKU: sku, TTL: strategy.TTLForever,
 		})
 	})
@@ -218,7 +218,7 @@ func (t *trial) thenRequests(ctx context.Context) error {
 	}
 	ops := make([]Op, n)
 	Together(n, func(i int) {
-		ops[i] = t.reserve(ctx, fmt.Sprintf("new%d", i), i, strategy.Request{
+		ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("new%d", i), i, strategy.Request{
 			Key: t.key(fmt.Sprintf("req-new-%04d", i)), User: t.user(fmt.Sprintf("user-new-%04d", i)), SKU: sku, TTL: strategy.TTLForever})
 	})
 	held := 0

@@ -74,6 +74,9 @@ type helperArgs struct {
 	Action    string             `json:"action"` // "expire" or "reserve"
 	KillPoint string             `json:"kill_point"`
 	Requests  []strategy.Request `json:"requests,omitempty"`
+	// Resources are the addresses of what the strategy needs besides
+	// PostgreSQL, as the parent's deployment has them.
+	Resources map[strategy.Resource]string `json:"resources,omitempty"`
 }
 
 // faultHelper is the helper process's side.
@@ -96,7 +99,7 @@ func helperWork(ctx context.Context, a helperArgs) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dep, err := meta.Attach(ctx, strategy.Config{DB: pool, Stock: a.Stock, Nodes: a.Nodes})
+	dep, err := meta.Attach(ctx, strategy.Config{DB: pool, Stock: a.Stock, Nodes: a.Nodes, Resources: a.Resources})
 	if err != nil {
 		return "", fmt.Errorf("attach: %w", err)
 	}
@@ -155,7 +158,7 @@ type helper struct {
 // stage.
 func (t *trial) spawnHelper(ctx context.Context, a helperArgs) (*helper, error) {
 	appName := fmt.Sprintf("rb-fault-%s", strings.TrimPrefix(t.suffix, "-"))
-	a.Strategy, a.Stock, a.Nodes = t.env.Meta.Name, t.cfg.Stock, t.cfg.NodeCount()
+	a.Strategy, a.Stock, a.Nodes, a.Resources = t.env.Meta.Name, t.cfg.Stock, t.cfg.NodeCount(), t.cfg.Resources
 	a.DSN = pgcontrol.WithAppName(t.env.DB.Config().ConnString(), appName)
 	p, err := helperproc.Start(ctx, helperName, a)
 	if err != nil {

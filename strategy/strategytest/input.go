@@ -46,6 +46,8 @@ const (
 	KindHTTPDisconnect = "http-disconnect" // C28-06: a client that leaves after sending
 	KindHTTPOverload   = "http-overload"   // seed 004: a full gate refuses at once; a queued client that leaves is dropped
 	KindHTTPBadInput   = "http-bad-input"  // malformed HTTP requests: refused before admission, nothing written
+	KindLockFault       = "lock-fault"        // seed 002: a lock that stops protecting its holder's open work
+	KindRedisRestart    = "redis-restart"     // Redis SIGKILLed, stopped, restarted empty between batches of requests
 )
 
 // Scenario is one scenario file.
@@ -122,6 +124,13 @@ type Scenario struct {
 	BackoffMs     int `json:"backoff_ms,omitempty"`
 	Extra         int `json:"extra,omitempty"`
 	ReadTimeoutMs int `json:"read_timeout_ms,omitempty"`
+	// KillInFlight (redis-restart) adds the mid-run fault: Redis SIGKILLed
+	// with requests in flight, on a SKU of its own.
+	KillInFlight bool `json:"kill_in_flight,omitempty"`
+
+	// KindLockFault: what makes the lock stop protecting its holder
+	// (LockUnlockBeforeCommit, LockExpire, LockRestartEmpty).
+	LockFault string `json:"lock_fault,omitempty"`
 
 	// KindInterleave.
 	Sessions  []SessionInput `json:"sessions,omitempty"`
@@ -281,6 +290,8 @@ var requiredByKind = map[string][]string{
 	KindHTTPDisconnect:  {"in_flight", "queue", "wait_ms", "work_ms"},
 	KindHTTPOverload:    {"in_flight", "queue", "wait_ms", "extra"},
 	KindHTTPBadInput:    {"in_flight", "queue", "wait_ms", "read_timeout_ms"},
+	KindLockFault:       {"lock_fault"},
+	KindRedisRestart:    {"requests", "then_requests"},
 }
 
 // requireFields checks that every field the scenario's kind needs is
@@ -480,6 +491,19 @@ func (in *Scenario) Validate() error {
 	case KindNodeDeath:
 		if in.Held < 0 || in.Crashes < 1 || in.Requests < 1 {
 			return bad("need held >= 0, crashes >= 1 and requests >= 1")
+		}
+	case KindLockFault:
+		switch in.LockFault {
+		case LockUnlockBeforeCommit, LockExpire, LockRestartEmpty:
+		default:
+			return bad("lock_fault %q: want %q, %q or %q", in.LockFault, LockUnlockBeforeCommit, LockExpire, LockRestartEmpty)
+		}
+		if in.Nodes != 1 || len(in.Stock) != 1 {
+			return bad("a lock fault runs on one node and one SKU")
+		}
+	case KindRedisRestart:
+		if in.Requests < 1 || in.ThenRequests < 1 {
+			return bad("need requests >= 1 and then_requests >= 1")
 		}
 	case KindServerCrash, KindCommitTimeout:
 		if in.Requests < 1 || in.Workers < 1 || !in.ExclusiveServer {

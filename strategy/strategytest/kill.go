@@ -123,6 +123,23 @@ func runKillReserve(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	if t.caps.Lock {
+		// The killed process held the SKU's lock outside PostgreSQL, and
+		// nothing releases it but its lease: until it runs out, every
+		// request for the SKU waits for it and answers BUSY at its wait
+		// bound. The harness fast-forwards the lease, as Ager.MakeDue
+		// fast-forwards expires_at, instead of waiting it out.
+		left, err := t.expireLock(ctx, sku)
+		if err != nil {
+			return err
+		}
+		t.vary("kill point "+kp+": ms of lease the killed holder's lock had left", int(left.Milliseconds()))
+		if left > 0 {
+			t.fact("kill point "+kp+": the killed holder's lock", "left behind: the SKU answers BUSY until its lease runs out (fast-forwarded here)")
+		} else {
+			t.fact("kill point "+kp+": the killed holder's lock", "none held")
+		}
+	}
 	after, err := t.audit(ctx)
 	if err != nil {
 		return err
@@ -149,7 +166,7 @@ func runKillReserve(ctx context.Context, t *trial) error {
 	// The units can be sold again, to someone else.
 	sold := 0
 	for i := range reqs {
-		op := t.reserve(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%02d", i)), User: t.user(fmt.Sprintf("user-after-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+		op := t.reserveDefinite(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-after-%02d", i)), User: t.user(fmt.Sprintf("user-after-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
 		if op.Outcome == strategy.OutcomeHeld {
 			sold++
 		}

@@ -11,7 +11,9 @@ import (
 
 // runRequests runs the phases of a KindRequests scenario: every request of a
 // phase is sent at once (all goroutines released together), restarts happen
-// between phases.
+// between phases. A request answered BUSY is sent again, as a client told
+// "busy, try again" does (reserveDefinite): the counts are of each
+// request's final answer.
 func runRequests(ctx context.Context, t *trial) error {
 	for pi, ph := range t.in.Phases {
 		label := ph.Name
@@ -47,7 +49,7 @@ func runRequests(ctx context.Context, t *trial) error {
 			jobs := t.phaseJobs(pi, ph, roundSuffix)
 			ops := make([]Op, len(jobs))
 			if err := t.concurrently(ctx, len(jobs), func(i int) {
-				ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
+				ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
 			}); err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -49,6 +50,14 @@ type Env struct {
 	// in front of the strategy, in place of admission.New: a negative
 	// control passes one that does not bound.
 	Admission func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
+	// Resources are what the strategy needs besides PostgreSQL
+	// (Meta.Needs), e.g. its Redis; the scenarios put their addresses into
+	// Config.Resources and the fault scenarios kill and restart them. A
+	// resource the strategy needs and Resources lacks is started for the
+	// scenario (resourcetest.Start) and stopped after it. Scenarios that
+	// kill a resource run on instances nothing else uses: give each
+	// strategy its own.
+	Resources resourcetest.Set
 }
 
 // ServerControl is what the exclusive-server scenarios do to the server
@@ -82,6 +91,21 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	if env.StepTimeout == 0 {
 		env.StepTimeout = 20 * time.Second
 	}
+	if missing := missingResources(env.Meta, env.Resources); len(missing) > 0 {
+		own, err := resourcetest.Start(ctx, strategy.Meta{Name: env.Meta.Name, Needs: missing})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: %v", ErrSetup, env.Meta.Name, in.Name, err)
+		}
+		defer own.Close()
+		set := resourcetest.Set{}
+		for k, v := range env.Resources {
+			set[k] = v
+		}
+		for k, v := range own {
+			set[k] = v
+		}
+		env.Resources = set
+	}
 	runner, req := runnerFor(in)
 	reps := in.Repetitions
 	if env.Short {
@@ -95,7 +119,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	var trials []*trial
 	for n := 1; n <= reps; n++ {
 		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
-		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes}
+		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs()}
 		dep, err := env.Meta.Open(ctx, t.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s/%s trial %d: open: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
@@ -113,6 +137,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		}
 		if n := t.aborted.Load(); n > 0 {
 			t.vary("transitions aborted by a conflict (40001, 40P01) and rerun", int(n))
+		}
+		if n := t.busyResent.Load(); n > 0 {
+			t.vary("BUSY answers sent again", int(n))
 		}
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
@@ -152,6 +179,9 @@ type requirement struct {
 	server bool
 	// helper: the strategy can be found by name in a helper process.
 	helper bool
+	// resource: the strategy needs this resource (Meta.Needs), and the
+	// harness started it, so it can kill and restart it.
+	resource strategy.Resource
 }
 
 // runnerFor returns the runner of a kind and what it needs. Restart phases
@@ -196,6 +226,10 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 		return runHTTPOverload, requirement{}
 	case KindHTTPBadInput:
 		return runHTTPBadInput, requirement{}
+	case KindLockFault:
+		return runLockFault, requirement{caps: strategy.Capabilities{Lock: true, Sessions: true}}
+	case KindRedisRestart:
+		return runRedisRestart, requirement{resource: strategy.Redis}
 	}
 	panic("strategytest: no runner for kind " + in.Kind) // Validate rejects unknown kinds
 }
@@ -212,6 +246,13 @@ func (r requirement) unmet(env *Env, caps strategy.Capabilities) string {
 	}
 	if r.server && env.Server == nil {
 		why = append(why, "needs a server of its own (compare starts one; the conformance kit and a server named by "+pgtestEnvDSN+" cannot be crashed)")
+	}
+	if r.resource != "" {
+		if srv, ok := env.Resources[r.resource]; !ok {
+			why = append(why, fmt.Sprintf("it needs no %s", r.resource))
+		} else if !srv.Controllable() {
+			why = append(why, fmt.Sprintf("its %s is not one the harness started, so it cannot be killed", r.resource))
+		}
 	}
 	if r.helper && !helperCanFind(env.Meta.Name) {
 		why = append(why, "a helper process cannot find the strategy by name (register it with strategy.Register, or strategytest.RegisterForHelpers from the test binary's init)")
@@ -243,6 +284,8 @@ type trial struct {
 	// carry on (a step of an interleaving); checkDurable reports them.
 	panicMu sync.Mutex
 	panics  []string
+	// busyResent counts BUSY answers reserveDefinite sent again.
+	busyResent atomic.Int64
 
 	// restarted is set once a node was restarted: from then on, what the
 	// audit finds is charged to SurvivesRestart, not to NoOversell or
@@ -321,6 +364,25 @@ func sumAvailable(a map[string]strategy.StockAudit) int {
 		n += s.Available
 	}
 	return n
+}
+
+// busyResends bounds how often reserveDefinite sends a request again after
+// BUSY.
+const busyResends = 20
+
+// reserveDefinite sends req and, while the answer is BUSY (nothing written,
+// try again: a lock not granted within its bound), sends it again, as a
+// client told 429 does, at most busyResends times. Every attempt is in the
+// history; the resends are a varying count, since how many requests a
+// lock's queue outlasts depends on scheduling.
+func (t *trial) reserveDefinite(ctx context.Context, proc string, node int, req strategy.Request) Op {
+	for i := 0; ; i++ {
+		op := t.reserve(ctx, proc, node, req)
+		if op.Outcome != strategy.OutcomeBusy || op.Type != OpFail || i >= busyResends || ctx.Err() != nil {
+			return op
+		}
+		t.busyResent.Add(1)
+	}
 }
 
 // reserve sends one request and records it.
@@ -444,7 +506,9 @@ func (t *trial) checkDurable(ctx context.Context) error {
 		}
 	}
 	for _, op := range ops {
-		if op.Kind != "reserve" || !seen[op.Req.Key] || op.Type == OpInfo {
+		// BUSY says nothing about the key ("try again"), like an unknown
+		// outcome says nothing about the reservation.
+		if op.Kind != "reserve" || !seen[op.Req.Key] || op.Type == OpInfo || op.Outcome == strategy.OutcomeBusy {
 			continue
 		}
 		d := durable[op.Req.Key]
@@ -602,4 +666,15 @@ func (b *panicBox) rethrow() {
 	if b.value != nil {
 		panic(fmt.Sprintf("%v (in a concurrent call)\n%s", b.value, b.stack))
 	}
+}
+
+// missingResources lists the needs of meta that set does not provide.
+func missingResources(meta strategy.Meta, set resourcetest.Set) []strategy.Need {
+	var out []strategy.Need
+	for _, n := range meta.Needs {
+		if _, ok := set[n.Resource]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -23,6 +23,11 @@
 // returns a Result: its checks, each judged against the claims (holds,
 // observed, VIOLATION), and the deterministic facts table 28-1 shows.
 // Package compare runs them all against every registered strategy.
+//
+// A strategy that needs more than PostgreSQL (Meta.Needs: a Redis) gets it
+// from package resourcetest, real and of its own, and helper processes
+// attach with the same addresses. A BUSY answer counts as a definite
+// refusal with nothing written, like SOLD_OUT.
 package strategytest
 
 import (
@@ -35,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -84,8 +90,9 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	t.Helper()
 	db, admin := newDB(t)
-	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db) })
-	t.Run("session", func(t *testing.T) { checkSession(t, meta, db) })
+	res := resourcetest.New(t, meta) // what the strategy needs besides PostgreSQL
+	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db, res.Addrs()) })
+	t.Run("session", func(t *testing.T) { checkSession(t, meta, db, res.Addrs()) })
 	ins, err := Scenarios()
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +104,7 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 			continue
 		}
 		t.Run(in.Name, func(t *testing.T) {
-			env := Env{Meta: meta, DB: db, Admin: admin, Short: testing.Short(), Logf: t.Logf}
+			env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: testing.Short(), Logf: t.Logf}
 			if in.ExclusiveServer {
 				if own == nil {
 					own = startOwnServer(parent)
@@ -171,18 +178,24 @@ func Report(t testing.TB, r *Result) {
 }
 
 // Verify runs the scenarios against meta and returns their results without
-// failing anything: for tests about the kit itself and for tools.
+// failing anything: for tests about the kit itself and for tools. The
+// resources the strategy needs are started for the run and stopped after.
 func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, opts Options) ([]*Result, error) {
 	ins, err := Scenarios()
 	if err != nil {
 		return nil, err
 	}
+	res, err := resourcetest.Start(ctx, meta)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
 	var out []*Result
 	for _, in := range ins {
 		if !opts.wants(in.Name) {
 			continue
 		}
-		env := Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short, Logf: opts.Logf}
+		env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: opts.Short, Logf: opts.Logf}
 		r, err := runOne(ctx, env, in, opts)
 		if err != nil {
 			return out, err

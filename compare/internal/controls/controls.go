@@ -1,6 +1,7 @@
 // Package controls holds the negative controls of table 28-1: copies of
 // strategy A (hotrow) with one deliberate mistake each, claiming the
-// guarantee the mistake breaks. The harness must catch each with the claim
+// guarantee the mistake breaks, and redislock without its conditional
+// UPDATE (ctl-lock-only). The harness must catch each with the claim
 // and scenario listed; package compare runs them next to the registered
 // strategies and fails when one escapes. They are never registered with
 // strategy.Register, so they never appear among the strategies; helper
@@ -143,13 +144,14 @@ var specs = []spec{
 		expect: expect("restart", strategy.SurvivesRestart)},
 }
 
-// All returns every negative control.
+// All returns every negative control: the copies of strategy A, then the
+// controls of other strategies' designs.
 func All() []Control {
 	out := make([]Control, len(specs))
 	for i, s := range specs {
 		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race, Admission: s.admission}
 	}
-	return out
+	return append(out, lockOnly())
 }
 
 // The controls run in helper processes too (the kill scenarios), which find

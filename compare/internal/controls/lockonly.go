@@ -1,0 +1,31 @@
+package controls
+
+import (
+	"github.com/reservebench/reservebench/redislock"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// lockOnly is seed 002's strategy with its last line removed: the per-SKU
+// Redis lock, the double check under it, and an UPDATE without
+// available > 0 (and no CHECK). It claims what redislock claims. While the
+// lock holds it sells exactly; once the lock stops protecting a holder's
+// open work (an unlock before the commit, a lease that expires during a
+// pause, Redis restarted empty), a second holder's stale double check lets
+// it sell the unit again: the lock alone is not the guarantee.
+func lockOnly() Control {
+	m := redislock.New(redislock.Options{LockOnly: true})
+	m.Name = "ctl-lock-only"
+	m.Description = "negative control: redislock without the conditional UPDATE (the lock alone decides)"
+	m.Correctness = "none: it claims what it cannot keep"
+	m.Claims = redislock.Claims
+	return Control{
+		Meta:   m,
+		Case:   "seed 002",
+		Breaks: "the Redis lock and the double check decide alone: the UPDATE has no available > 0",
+		Expect: join(
+			expect("lock-early-unlock", strategy.NoOversell),
+			expect("lock-expiry", strategy.NoOversell),
+			expect("lock-redis-restart", strategy.NoOversell),
+		),
+	}
+}

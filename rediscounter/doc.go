@@ -1,0 +1,47 @@
+// Package rediscounter is the design most flash-sale systems ship: the
+// stock of a SKU is a counter in Redis, checked and decremented by one Lua
+// script (atomic in Redis), and the reservation row is written to
+// PostgreSQL afterwards. Returns (release, expiry) move the row first and
+// give the unit back in Redis after. Per-key and per-user markers kept
+// with the counter make a resend safe and a give-back happen once.
+//
+// Its guarantees hold exactly as long as Redis keeps the counter and the
+// markers, so the package registers four variants, one for each answer to
+// "what survives a restart of Redis" (Keep):
+//
+//	rediscounter               nothing; a missing counter is reloaded from the config
+//	rediscounter-aof-everysec  AOF, appendfsync everysec
+//	rediscounter-aof-always    AOF, appendfsync always
+//	rediscounter-recover       nothing; a missing counter, and a restarted node,
+//	                           recount from the reservations in PostgreSQL
+//
+// Each declares the redis.conf settings it relies on in Meta.Needs, and Open
+// refuses (strategy.ErrConfig) a Redis that runs without them. Every variant
+// claims no oversell, idempotent keys, one active reservation per user,
+// return-once and conservation while Redis runs; only the recount claims to
+// survive a restart. What each loses is measured, with real SIGKILLs of
+// redis-server, by the redis-restart scenario (Redis SIGKILLed and
+// restarted on its files, stopped, restarted empty) and the node-death
+// scenario (requests that die between the Lua decrement and the insert),
+// and shown in table 28-1 as observed boundaries with their counts.
+//
+// # Boundaries
+//
+//   - Between the script and the insert a unit is in no row. A request that
+//     dies there loses it from the counter (undersell) until a resend of the
+//     same request inserts the row (its key is marked) or a recount
+//     (rediscounter-recover, at a node's restart) gives it back. A recount
+//     while other nodes have requests in that window counts their units as
+//     free: it can oversell by as many.
+//   - Redis restarted without the counter: reloading from the config sells
+//     the whole stock again (oversell by every unit sold before); AOF brings
+//     the counter back after a SIGKILL of redis-server (a write reaches the
+//     kernel before its reply), but not after the files are lost.
+//     everysec and always differ only in what a machine crash or power cut
+//     loses (up to a second of writes against none), which SIGKILLing a
+//     process cannot show.
+//   - A row moved by a transition whose give-back does not reach Redis keeps
+//     its unit out of the counter (undersell).
+//   - No sessions: the decrement is not part of a PostgreSQL transaction, so
+//     an attempt cannot be held open, and the interleavings are n/a.
+package rediscounter

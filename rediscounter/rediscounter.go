@@ -1,0 +1,269 @@
+package rediscounter
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// Name is the name of the registered variant (Keep: KeepNothing); the
+// others append their Keep, e.g. "rediscounter-aof-always".
+const Name = "rediscounter"
+
+// Keep says what survives a restart of Redis, and so where a missing stock
+// counter comes back from.
+type Keep string
+
+// The variants.
+const (
+	// KeepNothing: Redis without persistence; a missing counter is
+	// reloaded from the config (the total), as a deployment that
+	// preloads stock at start does.
+	KeepNothing Keep = "nothing"
+	// KeepAOFEverysec: appendonly yes, appendfsync everysec. Every write
+	// reaches the kernel before its reply; the fsync follows within a
+	// second, so a SIGKILL loses nothing and a power cut up to a second.
+	KeepAOFEverysec Keep = "aof-everysec"
+	// KeepAOFAlways: appendonly yes, appendfsync always: fsynced before
+	// the reply.
+	KeepAOFAlways Keep = "aof-always"
+	// KeepRecover: Redis without persistence; a missing counter, and every
+	// restarted node, recomputes it from PostgreSQL (total minus active
+	// reservations), markers too.
+	KeepRecover Keep = "recover"
+)
+
+// Keeps lists the variants in a fixed order.
+var Keeps = []Keep{KeepNothing, KeepAOFEverysec, KeepAOFAlways, KeepRecover}
+
+func init() {
+	for _, k := range Keeps {
+		strategy.Register(New(Options{Keep: k}))
+	}
+}
+
+// Options configure the strategy; the zero value is KeepNothing.
+type Options struct {
+	Keep Keep
+}
+
+func (o Options) keep() Keep {
+	if o.Keep == "" {
+		return KeepNothing
+	}
+	return o.Keep
+}
+
+// settings are the redis.conf lines a variant relies on.
+func (o Options) settings() []string {
+	switch o.keep() {
+	case KeepAOFEverysec:
+		return []string{"appendonly yes", "appendfsync everysec"}
+	case KeepAOFAlways:
+		return []string{"appendonly yes", "appendfsync always"}
+	}
+	return []string{"appendonly no"}
+}
+
+// Claims are what every variant keeps while Redis runs. Only KeepRecover
+// adds strategy.SurvivesRestart: the others lose or double units when
+// Redis comes back without them (observed in the redis-restart and
+// node-death scenarios). No variant offers sessions, so the waiting and
+// phantom claims are not made.
+const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce | strategy.Conserves
+
+// Meta is the registered variant KeepNothing.
+func Meta() strategy.Meta { return New(Options{}) }
+
+// New describes the variant of opts.
+func New(opts Options) strategy.Meta {
+	name, claims := Name, Claims
+	if k := opts.keep(); k != KeepNothing {
+		name += "-" + string(k)
+	}
+	keeps := map[Keep]string{
+		KeepNothing:     "a missing counter is reloaded from the config",
+		KeepAOFEverysec: "Redis AOF, appendfsync everysec",
+		KeepAOFAlways:   "Redis AOF, appendfsync always",
+		KeepRecover:     "a missing counter, and a restarted node, recount from the PostgreSQL log",
+	}
+	if opts.keep() == KeepRecover {
+		claims |= strategy.SurvivesRestart
+	}
+	return strategy.Meta{
+		Name:        name,
+		Description: "stock counted in Redis, taken by one Lua script (check and decrement), then the reservation row in PostgreSQL; " + keeps[opts.keep()],
+		Correctness: "the Lua script's check and decrement are atomic in Redis; only as long as Redis keeps the counter",
+		Claims:      claims,
+		Needs:       []strategy.Need{{Resource: strategy.Redis, Settings: opts.settings()}},
+		Open:        pgstrategy.Bind(Open, opts),
+	}
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "rediscounter_one_active",
+	LockKey: 0x7263746572, // "rcter"
+	Totals:  `SELECT sku, total FROM rediscounter_stock WHERE sku = ANY($1)`,
+}
+
+const sqlInsertStock = `
+INSERT INTO rediscounter_stock (sku, total)
+SELECT sku, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
+ON CONFLICT (sku) DO NOTHING
+RETURNING sku`
+
+// Open checks that the Redis of cfg runs with the variant's settings,
+// loads the stock into PostgreSQL (strategy.ErrStockExists for a SKU that
+// has stock) and then each counter into Redis.
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rdb, err := connect(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	err = schema.Load(ctx, cfg, func(tx pgx.Tx) error {
+		skus, totals := make([]string, len(cfg.Stock)), make([]int32, len(cfg.Stock))
+		for i, s := range cfg.Stock {
+			skus[i], totals[i] = s.SKU, int32(s.Total)
+		}
+		rows, err := tx.Query(ctx, sqlInsertStock, skus, totals)
+		if err != nil {
+			return fmt.Errorf("insert stock: %w", err)
+		}
+		return pgstrategy.AllInserted(rows, skus)
+	})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("%s: open: %w", Name, err)
+	}
+	d := newDeployment(cfg, opts, rdb)
+	for _, s := range cfg.Stock {
+		if err := d.load(ctx, s.SKU, true); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("%s: open: %w", Name, err)
+		}
+	}
+	return d, nil
+}
+
+// connect opens a client on the Redis of cfg and checks its settings.
+func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Client, error) {
+	addr, err := cfg.Resource(strategy.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	opt, err := redis.ParseURL(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: redis address %q: %v", Name, strategy.ErrConfig, addr, err)
+	}
+	// No automatic retry: a command retried after its connection broke may
+	// have run the first time, and a dial error on the retry would then be
+	// taken for "never reached Redis" (BUSY) while the unit was taken.
+	// Without retries a dial error proves the script never ran; anything
+	// else is an unknown outcome, which a resend of the request settles.
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1 // go-redis's default, 5 dials 100 ms apart, makes a down Redis cost 0.5 s a call
+	opt.DialTimeout = time.Second
+	opt.ReadTimeout = 2 * time.Second
+	opt.WriteTimeout = 2 * time.Second
+	opt.PoolSize = 64
+	rdb := redis.NewClient(opt)
+	for _, line := range opts.settings() {
+		name, want, _ := strings.Cut(line, " ")
+		got, err := rdb.ConfigGet(ctx, name).Result()
+		if err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("%s: redis at %s: CONFIG GET %s: %w", Name, addr, name, err)
+		}
+		if got[name] != want {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("%s: %w: redis at %s has %s %q; this variant keeps what it claims only with %q", Name, strategy.ErrConfig, addr, name, got[name], want)
+		}
+	}
+	return rdb, nil
+}
+
+func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deployment {
+	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount()}
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
+		return &node{Handle: h, d: d}
+	})
+	return d
+}
+
+// Deployment is the strategy over one database and one Redis. Nodes keep
+// nothing in memory: the counters are Redis's.
+type Deployment struct {
+	*pgstrategy.Handles
+	db    *pgxpool.Pool
+	rdb   *redis.Client
+	keep  Keep
+	skus  []string
+	owns  pgstrategy.SKUs
+	nodes int
+}
+
+var (
+	_ strategy.Deployment     = (*Deployment)(nil)
+	_ strategy.Restarter      = (*Deployment)(nil)
+	_ strategy.Ager           = (*Deployment)(nil)
+	_ strategy.ReserveCrasher = (*Deployment)(nil)
+	_ strategy.Strategy       = (*node)(nil)
+	_ strategy.Confirmer      = (*node)(nil)
+	_ strategy.Releaser       = (*node)(nil)
+	_ strategy.Expirer        = (*node)(nil)
+)
+
+// keys are the Redis keys of a SKU: stock, key markers, user markers.
+func keys(sku string) []string {
+	p := "reservebench:rediscounter:{" + sku + "}:"
+	return []string{p + "stock", p + "keys", p + "users"}
+}
+
+// Restart closes node i and opens it again. KeepRecover recounts every
+// SKU from PostgreSQL as it starts (the counter and the markers are
+// replaced by what the log says); the other variants find the counter as
+// Redis kept it.
+func (d *Deployment) Restart(ctx context.Context, i int) error {
+	if err := d.Handles.Restart(ctx, i); err != nil {
+		return err
+	}
+	if d.keep != KeepRecover {
+		return nil
+	}
+	for _, sku := range d.skus {
+		if err := d.load(ctx, sku, true); err != nil {
+			return fmt.Errorf("%s: restart node %d: %w", Name, i, err)
+		}
+	}
+	return nil
+}
+
+// Close closes every node and the Redis client.
+func (d *Deployment) Close() error {
+	err := d.Handles.Close()
+	if cerr := d.rdb.Close(); err == nil && cerr != nil && cerr != redis.ErrClosed {
+		err = cerr
+	}
+	return err
+}
+
+type node struct {
+	*pgstrategy.Handle
+	d *Deployment
+}

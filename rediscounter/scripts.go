@@ -1,0 +1,68 @@
+package rediscounter
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts. Redis runs each atomically: no other command runs
+// between its check and its write. Per SKU there are three keys:
+//
+//	{sku}:stock   the units left (a string holding an integer)
+//	{sku}:keys    hash request key -> user: the keys that took a unit
+//	{sku}:users   hash user -> request key: who holds a unit of the SKU
+//
+// The markers make a resend safe: a request whose unit was taken but
+// whose row never reached PostgreSQL finds its key in {sku}:keys and goes
+// on to the insert without taking a second unit; a give-back happens only
+// for a key still marked, so it happens once.
+
+// Answers of takeScript.
+const (
+	takeNotLoaded = -1 // the stock key is missing (Redis restarted empty)
+	takeSoldOut   = 0
+	takeTaken     = 1 // a unit was taken now
+	takeResent    = 2 // this key took its unit before: go on to the insert
+	takeUserHolds = 3 // the user holds a unit of the SKU
+	takeKeyOther  = 4 // the key took a unit for another user, not yet in PostgreSQL
+)
+
+// takeScript: KEYS stock, keys, users; ARGV key, user.
+var takeScript = redis.NewScript(`
+local owner = redis.call('HGET', KEYS[2], ARGV[1])
+if owner then
+  if owner == ARGV[2] then return 2 end
+  return 4
+end
+local s = redis.call('GET', KEYS[1])
+if not s then return -1 end
+if redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then return 3 end
+if tonumber(s) <= 0 then return 0 end
+redis.call('DECR', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+return 1
+`)
+
+// giveBackScript returns the unit of a key that is still marked, once:
+// KEYS stock, keys, users; ARGV key, user. It answers 1 if it gave a unit
+// back. A stock key that is gone (Redis restarted) gets nothing: whatever
+// reloads it counts from scratch.
+var giveBackScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
+return 1
+`)
+
+// loadScript sets the stock and the markers of a SKU: KEYS stock, keys,
+// users; ARGV force ("1" replaces what is there, "0" only loads a missing
+// stock key), units, then key, user pairs of the active reservations.
+// It answers 1 if it loaded.
+var loadScript = redis.NewScript(`
+if ARGV[1] == '0' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('SET', KEYS[1], ARGV[2])
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1])
+  redis.call('HSET', KEYS[3], ARGV[i+1], ARGV[i])
+end
+return 1
+`)

@@ -1,0 +1,174 @@
+package rediscounter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// The transitions move the row in PostgreSQL first (WHERE status = 'HELD',
+// RETURNING what moved), then give each moved row's unit back in Redis
+// with giveBackScript, which returns a unit only for a key still marked.
+// A crash between the two loses the unit from the counter (the row is no
+// longer active, the counter not raised): undersell, until a recount.
+const (
+	sqlConfirm = `
+UPDATE rediscounter_reservation SET status = 'CONFIRMED', updated_at = now()
+WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD' AND ($3 OR expires_at >= now())`
+
+	sqlRelease = `
+UPDATE rediscounter_reservation SET status = 'RELEASED', updated_at = now()
+WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
+RETURNING sku, request_key, user_id`
+
+	sqlExpireDue = `
+UPDATE rediscounter_reservation SET status = 'EXPIRED', updated_at = now()
+WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
+RETURNING sku, request_key, user_id`
+
+	sqlMakeDue = `
+UPDATE rediscounter_reservation SET expires_at = now() - interval '1 second'
+WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
+
+	sqlAudit = `
+SELECT s.sku, s.total,
+       (SELECT count(*)::int FROM rediscounter_reservation r WHERE r.sku = s.sku AND r.status IN ('HELD','CONFIRMED'))
+FROM rediscounter_stock s WHERE s.sku = ANY($1) ORDER BY s.sku`
+)
+
+// returned is a row a transition moved out of the active statuses.
+type returned struct{ sku, key, user string }
+
+func scanReturned(rows pgx.Rows) ([]returned, error) {
+	var out []returned
+	var r returned
+	_, err := pgx.ForEachRow(rows, []any{&r.sku, &r.key, &r.user}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// giveBack returns the units of these rows in Redis, each once, and says
+// how many it returned.
+func (d *Deployment) giveBack(ctx context.Context, rows []returned) (int, error) {
+	n := 0
+	for _, r := range rows {
+		got, err := giveBackScript.Run(ctx, d.rdb, keys(r.sku), r.key, r.user).Int()
+		if err != nil {
+			return n, fmt.Errorf("give back %q: %w", r.key, err)
+		}
+		n += got
+	}
+	return n, nil
+}
+
+// Confirm moves the reservation from HELD to CONFIRMED (PostgreSQL only:
+// the unit stays taken).
+func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
+	if ok, err := n.CheckKey(key); !ok {
+		return false, err
+	}
+	tag, err := n.d.db.Exec(ctx, sqlConfirm, key, n.d.skus, mode == strategy.ConfirmUntilExpired)
+	if err != nil {
+		return false, fmt.Errorf("%s: confirm %q: %w", Name, key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release moves the reservation from HELD to RELEASED, then gives its unit
+// back in Redis; it returns 1 if this call moved the row.
+func (n *node) Release(ctx context.Context, key string) (int, error) {
+	if ok, err := n.CheckKey(key); !ok {
+		return 0, err
+	}
+	rows, err := n.d.db.Query(ctx, sqlRelease, key, n.d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
+	}
+	moved, err := scanReturned(rows)
+	if err != nil {
+		return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
+	}
+	if _, err := n.d.giveBack(ctx, moved); err != nil {
+		return 0, fmt.Errorf("%s: release %q: the row moved, the unit did not come back: %w", Name, key, err)
+	}
+	return len(moved), nil
+}
+
+// ExpireDue moves every due HELD reservation to EXPIRED and gives the
+// units back in Redis; the count is of the rows it moved.
+func (n *node) ExpireDue(ctx context.Context) (int, error) {
+	if err := n.Check(); err != nil {
+		return 0, err
+	}
+	rows, err := n.d.db.Query(ctx, sqlExpireDue, n.d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	moved, err := scanReturned(rows)
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	if _, err := n.d.giveBack(ctx, moved); err != nil {
+		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit came back: %w", Name, len(moved), err)
+	}
+	return len(moved), nil
+}
+
+// MakeDue moves expires_at of these HELD reservations into the past.
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("%s: make due: %w", Name, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Audit reports the total and the active reservations from PostgreSQL and
+// the available units from the Redis counter.
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := d.db.Query(ctx, sqlAudit, d.skus)
+	if err != nil {
+		return nil, fmt.Errorf("%s: audit: %w", Name, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := r.Scan(&a.SKU, &a.Total, &a.Active)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: audit: %w", Name, err)
+	}
+	for i := range out {
+		v, err := d.counter(ctx, out[i].SKU)
+		if err != nil {
+			return nil, fmt.Errorf("%s: audit: %w", Name, err)
+		}
+		out[i].Available = v
+	}
+	return out, nil
+}
+
+// counter reads the counter of sku. A missing one (Redis restarted without
+// it) is first loaded the way the next request would load it, so the audit
+// shows what the strategy will count as free.
+func (d *Deployment) counter(ctx context.Context, sku string) (int, error) {
+	for attempt := 0; ; attempt++ {
+		v, err := d.rdb.Get(ctx, keys(sku)[0]).Int()
+		if err == nil || !errors.Is(err, redis.Nil) || attempt > 0 {
+			if err != nil {
+				return 0, fmt.Errorf("counter of %q: %w", sku, err)
+			}
+			return v, nil
+		}
+		if err := d.load(ctx, sku, false); err != nil {
+			return 0, err
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// Name is the name the strategy registers under.
+const Name = "redislock"
+
+func init() { strategy.Register(Meta()) }
+
+// The seed's lock: wait up to 3 s, else 429; no lease time, so the
+// watchdog renews a 30 s lease every 10 s.
+const (
+	DefaultWait  = 3 * time.Second
+	DefaultLease = 30 * time.Second
+	// DefaultPoll is how often a waiting take asks again (bsm/redislock
+	// polls; Redisson waits on a pub/sub message instead).
+	DefaultPoll = 2 * time.Millisecond
+)
+
+// Claims are redislock's: those of strategy A, whose conditional UPDATE it
+// keeps as its last line. It does not claim strategy.NoWait: a request
+// waits for the SKU's lock (in Redis) while another holds it.
+const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
+	strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+
+// Options configure the strategy. The zero value is the registered one,
+// the seed's settings.
+type Options struct {
+	// Wait bounds how long a reservation waits for the SKU's lock before it
+	// answers BUSY (0: DefaultWait).
+	Wait time.Duration
+	// Lease is the lock's TTL, renewed by the watchdog every third of it
+	// while the work runs (0: DefaultLease).
+	Lease time.Duration
+	// LockOnly drops the database's condition: the UPDATE has no
+	// available > 0 and the table no CHECK, so the lock alone decides, as
+	// in designs that trust it. It is unsafe and exists only so that the
+	// harness can show that the lock is not the guarantee (the negative
+	// control ctl-lock-only). Its tables are its own
+	// (redislock_lockonly_*), and so are its lock keys.
+	LockOnly bool
+}
+
+func (o Options) wait() time.Duration {
+	if o.Wait > 0 {
+		return o.Wait
+	}
+	return DefaultWait
+}
+
+func (o Options) lease() time.Duration {
+	if o.Lease > 0 {
+		return o.Lease
+	}
+	return DefaultLease
+}
+
+func (o Options) prefix() string {
+	if o.LockOnly {
+		return "redislock_lockonly"
+	}
+	return "redislock"
+}
+
+// Meta is the registered strategy: the seed's settings.
+func Meta() strategy.Meta { return New(Options{}) }
+
+// New describes the strategy with these options; it is not registered. A
+// LockOnly variant is named "redislock-lock-only".
+func New(opts Options) strategy.Meta {
+	name := Name
+	if opts.LockOnly {
+		name += "-lock-only"
+	}
+	return strategy.Meta{
+		Name:        name,
+		Description: "per-SKU Redis lock (SET NX PX, watchdog, compare-and-delete), double check inside it, then the conditional UPDATE",
+		Correctness: "the conditional UPDATE under PostgreSQL's row lock; the Redis lock only queues the buyers of a SKU",
+		Claims:      Claims,
+		Needs:       []strategy.Need{{Resource: strategy.Redis}},
+		Open:        pgstrategy.Bind(Open, opts),
+		Attach:      pgstrategy.Bind(attach, opts),
+	}
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// tables are the deployment's table names and the statements over them.
+type tables struct {
+	prefix string
+	schema pgstrategy.Schema
+}
+
+func tablesFor(opts Options) tables {
+	p := opts.prefix()
+	check := ",\n  CHECK (available >= 0 AND available <= total)"
+	lockKey := int64(0x726c6f636b) // "rlock"
+	if opts.LockOnly {
+		check, lockKey = "", lockKey+1
+	}
+	ddl := strings.NewReplacer("{p}", p, "{check}", check).Replace(schemaSQL)
+	return tables{prefix: p, schema: pgstrategy.Schema{
+		DDL:     ddl,
+		Last:    p + "_one_active",
+		LockKey: lockKey,
+		Totals:  fmt.Sprintf(`SELECT sku, total FROM %s_stock WHERE sku = ANY($1)`, p),
+	}}
+}
+
+// q fills {p} in a statement.
+func (t tables) q(sql string) string { return strings.ReplaceAll(sql, "{p}", t.prefix) }
+
+const sqlInsertStock = `
+INSERT INTO {p}_stock (sku, total, available)
+SELECT sku, total, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
+ON CONFLICT (sku) DO NOTHING
+RETURNING sku`
+
+// Open creates the schema if needed and loads the stock in one
+// transaction (strategy.ErrStockExists if a SKU has stock), after checking
+// that the Redis of cfg.Resources answers.
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rdb, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	tb := tablesFor(opts)
+	err = tb.schema.Load(ctx, cfg, func(tx pgx.Tx) error {
+		skus, totals := make([]string, len(cfg.Stock)), make([]int32, len(cfg.Stock))
+		for i, s := range cfg.Stock {
+			skus[i], totals[i] = s.SKU, int32(s.Total)
+		}
+		rows, err := tx.Query(ctx, tb.q(sqlInsertStock), skus, totals)
+		if err != nil {
+			return fmt.Errorf("insert stock: %w", err)
+		}
+		return pgstrategy.AllInserted(rows, skus)
+	})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("%s: open: %w", Name, err)
+	}
+	return newDeployment(cfg, opts, tb, rdb), nil
+}
+
+// attach is Meta.Attach: it checks the stock another process loaded and
+// that Redis answers, and writes nothing.
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tb := tablesFor(opts)
+	if err := tb.schema.Attach(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	rdb, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newDeployment(cfg, opts, tb, rdb), nil
+}
+
+// connect opens a client on the Redis of cfg and checks that it answers.
+func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
+	addr, err := cfg.Resource(strategy.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	opt, err := redis.ParseURL(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: redis address %q: %v", Name, strategy.ErrConfig, addr, err)
+	}
+	// A Redis that is down must cost a request little: one quick retry,
+	// short timeouts, then BUSY.
+	opt.MaxRetries = 1
+	opt.DialerRetries = 1 // go-redis's default, 5 dials 100 ms apart, makes a down Redis cost 0.5 s a call
+	opt.DialTimeout = time.Second
+	opt.ReadTimeout = 2 * time.Second
+	opt.WriteTimeout = 2 * time.Second
+	opt.PoolSize = 64
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("%s: redis at %s does not answer: %w", Name, addr, err)
+	}
+	return rdb, nil
+}
+
+func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
+	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), lockOnly: opts.LockOnly,
+		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
+			ttl: opts.lease(), wait: opts.wait(), poll: DefaultPoll}}
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
+		return &node{Handle: h, d: d}
+	})
+	return d
+}
+
+// Deployment keeps nothing in memory but its SKUs and its Redis client:
+// every node is a handle on the pool and the client, and a restart loses
+// nothing (the locks live in Redis, the stock in PostgreSQL).
+type Deployment struct {
+	*pgstrategy.Handles
+	db       *pgxpool.Pool
+	rdb      *redis.Client
+	tb       tables
+	skus     []string
+	owns     pgstrategy.SKUs
+	locks    *locker
+	lockOnly bool
+}
+
+var (
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.LockTaker           = (*node)(nil)
+	_ strategy.LockedSession       = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
+)
+
+// Close closes every node and the Redis client; it drops no data and
+// leaves the pool, which is the caller's, open.
+func (d *Deployment) Close() error {
+	err := d.Handles.Close()
+	if cerr := d.rdb.Close(); err == nil && cerr != nil && cerr != redis.ErrClosed {
+		err = cerr
+	}
+	return err
+}
+
+type node struct {
+	*pgstrategy.Handle
+	d *Deployment
+}
+
+// LockOf says where the lock of sku lives.
+func (n *node) LockOf(sku string) strategy.LockInfo {
+	return strategy.LockInfo{Resource: strategy.Redis, Key: n.d.locks.key(sku), TTL: n.d.locks.ttl, Wait: n.d.locks.wait}
+}

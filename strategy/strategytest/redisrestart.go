@@ -1,0 +1,273 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/reservebench/reservebench/resourcetest"
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// runRedisRestart sends batches of requests with the strategy's Redis
+// going down between them, no request in flight at each fault (so the
+// counts are the design's, not the scheduler's), then once with requests
+// in flight:
+//
+//	before            requests with Redis up
+//	after SIGKILL     Redis SIGKILLed and restarted on its files: it keeps
+//	                  what its persistence settings keep
+//	while stopped     Redis shut down: every answer must be a definite
+//	                  refusal (BUSY) or an unknown outcome the durable state
+//	                  resolves; nothing may be sold twice
+//	after restart     started again on its files
+//	after empty       SIGKILLed and restarted with no data (a replacement
+//	                  instance): then_requests more, enough to sell out
+//	in flight         kill_in_flight: on a SKU of its own, SIGKILLed while
+//	                  requests are in flight (killInFlight)
+//
+// The audit after each batch is charged to NoOversell and Conserves before
+// the first fault, to SurvivesRestart after it: a design that keeps its
+// stock in Redis claims only what its persistence keeps.
+func runRedisRestart(ctx context.Context, t *trial) error {
+	in := t.in
+	srv := t.env.Resources[strategy.Redis]
+	sku := t.sku(in.Stock[0].SKU)
+	batch := 0
+	// Whatever happens, the next scenario finds its Redis up.
+	defer func() {
+		if !srv.Running() {
+			_ = srv.Restart(context.WithoutCancel(ctx))
+		}
+	}()
+	// before runs between the batch and its audit (Redis must be up to
+	// read a counter it keeps).
+	send := func(label string, n int, before func() error) (map[strategy.Outcome]int, int, error) {
+		batch++
+		ops := make([]Op, n)
+		reserve := t.reserveDefinite
+		if before != nil { // Redis is down: BUSY is the answer, not worth resending now
+			reserve = t.reserve
+		}
+		Together(n, func(i int) {
+			ops[i] = reserve(ctx, fmt.Sprintf("b%d-c%d", batch, i), i, strategy.Request{
+				Key: t.key(fmt.Sprintf("req-b%d-%03d", batch, i)), User: t.user(fmt.Sprintf("user-b%d-%03d", batch, i)), SKU: sku, TTL: strategy.TTLForever})
+		})
+		out, unknown := map[strategy.Outcome]int{}, 0
+		for _, op := range ops {
+			if op.Type == OpInfo {
+				unknown++
+				continue
+			}
+			out[op.Outcome]++
+		}
+		if before != nil {
+			if err := before(); err != nil {
+				return nil, 0, err
+			}
+		}
+		audit, err := t.audit(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		a := audit[sku]
+		t.fact(label, "%s%s; active %d of %d, available %d", formatOutcomes(out), unknownNote(unknown), a.Active, a.Total, a.Available)
+		claim := strategy.NoOversell
+		if t.restarted {
+			claim = strategy.SurvivesRestart
+		}
+		t.check(claim, label+": active reservations never exceed the stock", a.Oversold() == 0,
+			fmt.Sprintf("%d active for %d units (oversold by %d)", a.Active, a.Total, a.Oversold()))
+		claim = strategy.Conserves
+		if t.restarted {
+			claim = strategy.SurvivesRestart
+		}
+		t.check(claim, label+": total - available == active (drift 0)", a.Drift() == 0,
+			fmt.Sprintf("total %d - available %d - active %d = drift %d", a.Total, a.Available, a.Active, a.Drift()))
+		return out, unknown, nil
+	}
+	fault := func(what string, f func() error) error {
+		t.restarted = true
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+
+	if _, _, err := send("before: Redis up", in.Requests, nil); err != nil {
+		return err
+	}
+	if err := fault("SIGKILL and restart", func() error {
+		if err := srv.Kill(ctx); err != nil {
+			return err
+		}
+		return srv.Restart(ctx)
+	}); err != nil {
+		return err
+	}
+	if _, _, err := send("after SIGKILL, restarted on its files", in.Requests, nil); err != nil {
+		return err
+	}
+	if err := fault("stop", func() error { return srv.Stop(ctx) }); err != nil {
+		return err
+	}
+	down, unknown, err := send("while Redis is stopped (audited once it is back)", in.Requests, func() error {
+		return fault("restart after stop", func() error { return srv.Restart(ctx) })
+	})
+	if err != nil {
+		return err
+	}
+	sold := down[strategy.OutcomeHeld] + down[strategy.OutcomeReplay]
+	t.fact("while Redis is stopped: answers", "%d sold, %d refused, %d unknown (resolved from the database below)",
+		sold, in.Requests-sold-unknown, unknown)
+	if _, _, err := send("after a graceful stop and restart", in.Requests, nil); err != nil {
+		return err
+	}
+	if err := fault("restart empty", func() error {
+		if err := srv.Kill(ctx); err != nil {
+			return err
+		}
+		if err := srv.Wipe(); err != nil {
+			return err
+		}
+		return srv.Restart(ctx)
+	}); err != nil {
+		return err
+	}
+	if _, _, err := send("after a restart empty", in.ThenRequests, nil); err != nil {
+		return err
+	}
+	if in.KillInFlight {
+		if err := t.killInFlight(ctx, srv); err != nil {
+			return err
+		}
+	}
+	return t.resendUnknown(ctx)
+}
+
+// killInFlight is the mid-run fault, on a SKU like the first (its name
+// with "-inflight", the same total) in a deployment of its own (so that its counts, which depend on scheduling, stay out of the
+// trial's audit): 2 x requests are sent at once and Redis is SIGKILLed as
+// soon as the first is answered, with the others in flight, then restarted
+// on its files once they are all answered. The requests that got no answer
+// are sent again, then then_requests more sell the SKU out. How many sold,
+// failed or got no answer, and by how much the audit is off, are varying
+// counts; whether it is off is judged against SurvivesRestart.
+func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error {
+	in := t.in
+	plain := in.Stock[0].SKU + "-inflight"
+	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: in.Stock[0].Total}}, Nodes: in.Nodes, Resources: t.cfg.Resources}
+	dep, err := t.env.Meta.Open(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open the in-flight deployment: %w", err)
+	}
+	defer dep.Close()
+	send := func(proc string, i int, req strategy.Request) Op {
+		op := Op{Process: proc, Node: i % cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
+		res, err := dep.Node(i%cfg.NodeCount()).Reserve(ctx, req)
+		return t.hist.End(reserveOp(op, res, err))
+	}
+	definite := func(proc string, i int, req strategy.Request) Op {
+		for try := 0; ; try++ {
+			op := send(proc, i, req)
+			if op.Outcome != strategy.OutcomeBusy || op.Type != OpFail || try >= busyResends || ctx.Err() != nil {
+				return op
+			}
+			t.busyResent.Add(1)
+		}
+	}
+	req := func(prefix string, i int) strategy.Request {
+		return strategy.Request{Key: t.key(fmt.Sprintf("req-%s-%03d", prefix, i)), User: t.user(fmt.Sprintf("user-%s-%03d", prefix, i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
+	}
+	n := 2 * in.Requests
+	first := make(chan struct{})
+	var once sync.Once
+	killed := make(chan error, 1)
+	go func() {
+		<-first
+		killed <- srv.Kill(ctx)
+	}()
+	ops := make([]Op, n)
+	Together(n, func(i int) {
+		ops[i] = send(fmt.Sprintf("f-c%d", i), i, req("inflight", i))
+		once.Do(func() { close(first) })
+	})
+	if err := <-killed; err != nil {
+		return fmt.Errorf("SIGKILL under load: %w", err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		return fmt.Errorf("restart after the SIGKILL under load: %w", err)
+	}
+	sold, unknown, unresolved := 0, 0, 0
+	for i, op := range ops {
+		switch {
+		case op.Type == OpInfo:
+			unknown++
+			if again := definite(op.Process+"'", i, op.Req); again.Type == OpInfo {
+				unresolved++
+			}
+		case op.Outcome == strategy.OutcomeHeld:
+			sold++
+		}
+	}
+	t.vary("in flight: sold before the SIGKILL", sold)
+	t.vary("in flight: no answer at the SIGKILL", unknown)
+	t.check(Base, "in flight: every unanswered request gets an answer when sent again", unresolved == 0,
+		"some requests still got no answer once Redis was back (counts in last-run.json)")
+	Together(in.ThenRequests, func(i int) { definite(fmt.Sprintf("f-n%d", i), i, req("after", i)) })
+	audits, err := dep.Audit(ctx)
+	if err != nil {
+		return err
+	}
+	if len(audits) != 1 {
+		return fmt.Errorf("in-flight audit: %d rows, want 1", len(audits))
+	}
+	a := audits[0]
+	t.vary("in flight: oversold", a.Oversold())
+	t.vary("in flight: drift", a.Drift())
+	t.fact("in flight", "%s: Redis SIGKILLed after the first of %d answers, restarted on its files; unanswered requests sent again, then %d more",
+		plain, n, in.ThenRequests)
+	t.check(strategy.SurvivesRestart, "in flight: active reservations never exceed the stock", a.Oversold() == 0,
+		plain+": more active reservations than units (by how many varies: last-run.json)")
+	t.check(strategy.SurvivesRestart, "in flight: total - available == active once the unanswered are sent again", a.Drift() == 0,
+		plain+": the counter and the reservations disagree (by how much varies: last-run.json)")
+	return nil
+}
+
+func unknownNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d unknown", n)
+}
+
+// owns reports whether sku is one of the trial's deployment.
+func (t *trial) owns(sku string) bool {
+	for _, s := range t.cfg.Stock {
+		if s.SKU == sku {
+			return true
+		}
+	}
+	return false
+}
+
+// resendUnknown sends every request of the trial's deployment whose outcome
+// was unknown again, as the contract tells a client to, now that everything
+// is up: each must get a definite answer.
+func (t *trial) resendUnknown(ctx context.Context) error {
+	var unresolved []string
+	resent := 0
+	for _, op := range t.hist.Ops() {
+		if op.Kind != "reserve" || op.Type != OpInfo || !t.owns(op.Req.SKU) {
+			continue
+		}
+		resent++
+		if again := t.reserveDefinite(ctx, op.Process+"'", op.Node, op.Req); again.Type == OpInfo {
+			unresolved = append(unresolved, t.plain(op.Req.Key)+": "+again.Err)
+		}
+	}
+	t.vary("unknown outcomes resent", resent)
+	t.check(Base, "every unknown outcome is resolved by sending the same request again", len(unresolved) == 0,
+		fmt.Sprintf("%d still unknown: %s", len(unresolved), sample(unresolved)))
+	return nil
+}
