@@ -196,10 +196,12 @@ func (f *front) shutdown() error {
 		err = serr
 	}
 	f.client.CloseIdleConnections()
-	if c, derr := net.DialTimeout("tcp", f.addr, time.Second); derr == nil {
-		_ = c.Close()
-		if err == nil {
-			err = fmt.Errorf("front: something still listens on %s after shutdown", f.addr)
+	// Our own listener must be closed. (Dialling the address would test
+	// the port, which another process may have bound since: on a busy
+	// machine ephemeral ports come round again.)
+	if tl, ok := f.ln.(*net.TCPListener); ok {
+		if derr := tl.SetDeadline(time.Now()); !errors.Is(derr, net.ErrClosed) && err == nil {
+			err = fmt.Errorf("front: the listener on %s is still open after shutdown", f.addr)
 		}
 	}
 	return err
