@@ -110,7 +110,9 @@ func TestIsolationContention(t *testing.T) {
 
 			without, _ := run(-1)
 			t.Logf("retries disabled: outcomes %v, errors by SQLSTATE %v", without.outcomes, without.errs)
-			require.Positive(t, without.errs["40001"], "under contention some decrements must fail with 40001")
+			// How many lose to a concurrent commit depends on scheduling (on a
+			// loaded machine the requests may barely overlap); that one does,
+			// deterministically, is TestIsolationWaiterAfterCommit's to show.
 			require.Equal(t, without.errors(), without.errs["40001"], "40001 is the only error: %v", without.firstErr)
 			require.LessOrEqual(t, without.outcomes[strategy.OutcomeHeld], 40)
 
@@ -118,7 +120,6 @@ func TestIsolationContention(t *testing.T) {
 			t.Logf("retries on: outcomes %v, %d retries for 120 requests", with.outcomes, dep.Retries())
 			require.Zero(t, with.errors(), "errors %v, first: %v", with.errs, with.firstErr)
 			require.Equal(t, map[strategy.Outcome]int{strategy.OutcomeHeld: 40, strategy.OutcomeSoldOut: 80}, with.outcomes)
-			require.Positive(t, dep.Retries())
 		})
 	}
 }
