@@ -37,10 +37,10 @@ type summary struct {
 	RoundTrips bench.Summary `json:"round_trips_per_success"`
 	// Redis is the commands the strategy's Redis ran per success (0 for a
 	// strategy without Redis).
-	Redis bench.Summary `json:"redis_commands_per_success"`
-	CtxSw bench.Summary `json:"ctx_switches_per_success"`
-	Cores      bench.Summary `json:"cores_busy"`
-	MaxConns   int           `json:"max_connections"`
+	Redis    bench.Summary `json:"redis_commands_per_success"`
+	CtxSw    bench.Summary `json:"ctx_switches_per_success"`
+	Cores    bench.Summary `json:"cores_busy"`
+	MaxConns int           `json:"max_connections"`
 
 	Waits   map[string]float64 `json:"waits"`   // mean backends per label
 	Holders map[string]float64 `json:"holders"` // mean lock-queue heads per label
