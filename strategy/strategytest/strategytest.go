@@ -80,6 +80,9 @@ func (o Options) wants(name string) bool {
 // for them when local PostgreSQL binaries are found (pgtest.Start); against
 // a server named by pgtest.EnvDSN they are skipped. The test binary's
 // TestMain must call Main, so the kill scenarios' helper processes work.
+// Under -short, and under the race detector (which multiplies the cost of
+// every goroutine), it runs the scenarios' -short sizes: the same checks on
+// fewer repetitions and smaller storms.
 func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 	t.Helper()
 	RunWith(t, meta, newDB, Options{})
@@ -104,7 +107,10 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 			continue
 		}
 		t.Run(in.Name, func(t *testing.T) {
-			env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: testing.Short(), Logf: t.Logf}
+			// Under the race detector every goroutine costs several times
+			// more; the kit then runs the -short sizes (its checks are the
+			// same), and the full sizes run in compare's table.
+			env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: testing.Short() || raceDetector, Logf: t.Logf}
 			if in.ExclusiveServer {
 				if own == nil {
 					own = startOwnServer(parent)
