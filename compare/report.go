@@ -320,9 +320,12 @@ type jsonResult struct {
 	Skipped  string               `json:"skipped,omitempty"`
 	Error    string               `json:"error,omitempty"`
 	Facts    []strategytest.Fact  `json:"facts"`
-	Checks   []jsonCheck          `json:"checks"`
-	Varying  []strategytest.Fact  `json:"varying,omitempty"`
-	Elapsed  string               `json:"elapsed,omitempty"`
+	// ChecksPassed counts the checks that held in every trial; Checks lists
+	// the others (in last-run.json: every check).
+	ChecksPassed int                 `json:"checks_passed"`
+	Checks       []jsonCheck         `json:"checks,omitempty"`
+	Varying      []strategytest.Fact `json:"varying,omitempty"`
+	Elapsed      string              `json:"elapsed,omitempty"`
 }
 
 type jsonCheck struct {
@@ -368,6 +371,12 @@ func (r *Report) JSON(volatile bool) []byte {
 				jr.Varying, jr.Elapsed = res.Varying, res.Elapsed.String()
 			}
 			for _, c := range res.Checks {
+				if c.Verdict == strategytest.Holds {
+					jr.ChecksPassed++
+					if !volatile {
+						continue // the committed table stays readable: what held is counted
+					}
+				}
 				jc := jsonCheck{Claim: c.Claims, What: c.What, Failed: c.Failed, Trials: c.Trials, Verdict: c.Verdict, Detail: c.Detail}
 				if volatile {
 					jc.History = c.History
