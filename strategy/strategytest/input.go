@@ -46,8 +46,8 @@ const (
 	KindHTTPDisconnect = "http-disconnect" // C28-06: a client that leaves after sending
 	KindHTTPOverload   = "http-overload"   // seed 004: a full gate refuses at once; a queued client that leaves is dropped
 	KindHTTPBadInput   = "http-bad-input"  // malformed HTTP requests: refused before admission, nothing written
-	KindLockFault       = "lock-fault"        // seed 002: a lock that stops protecting its holder's open work
-	KindRedisRestart    = "redis-restart"     // Redis SIGKILLed, stopped, restarted empty between batches of requests
+	KindLockFault      = "lock-fault"      // seed 002: a lock that stops protecting its holder's open work
+	KindRedisRestart   = "redis-restart"   // Redis SIGKILLed, stopped, restarted empty between batches of requests
 )
 
 // Scenario is one scenario file.
