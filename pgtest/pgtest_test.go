@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/reservebench/reservebench/pgtest"
@@ -225,3 +226,33 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 type devNull struct{}
 
 func (devNull) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestLeastPrivilegeRoles: the owner role may create in schema public, the
+// runtime role may not, not even a temporary table, and may use what the
+// owner grants it.
+func TestLeastPrivilegeRoles(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	roles, err := pgtest.LeastPrivilege(ctx, db.AdminDSN)
+	if errors.Is(err, pgtest.ErrNotSupported) {
+		t.Skipf("least privilege: %v", err)
+	}
+	require.NoError(t, err)
+	owner, err := pgx.Connect(ctx, roles.OwnerDSN)
+	require.NoError(t, err)
+	defer owner.Close(ctx)
+	_, err = owner.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY); GRANT SELECT, INSERT ON t TO "+roles.Runtime)
+	require.NoError(t, err)
+	runtime, err := pgx.Connect(ctx, roles.RuntimeDSN)
+	require.NoError(t, err)
+	defer runtime.Close(ctx)
+	_, err = runtime.Exec(ctx, "INSERT INTO t VALUES (1)")
+	require.NoError(t, err, "the runtime role uses what it was granted")
+	for _, stmt := range []string{"CREATE TABLE u (x int)", "CREATE TEMP TABLE v (x int)", "DROP TABLE t", "TRUNCATE t", "DELETE FROM t"} {
+		_, err := runtime.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("%s as %s: %v, want SQLSTATE 42501", stmt, roles.Runtime, err)
+		}
+	}
+}

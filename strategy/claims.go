@@ -41,6 +41,11 @@ const (
 	// SurvivesRestart: restarting a node loses nothing and oversells nothing
 	// (restart-oversell scenario).
 	SurvivesRestart
+	// LeastPrivilege: the strategy serves as a runtime role that owns
+	// nothing and cannot DROP, ALTER, TRUNCATE or DELETE from its tables, nor
+	// create any; its schema is created by an owner role (Meta.Setup). The
+	// least-privilege scenario checks it (SQLSTATE 42501 for each).
+	LeastPrivilege
 )
 
 // ClaimsAll is every claim. A strategy that answers HELD before its commit
@@ -49,7 +54,8 @@ const (
 // fewer. One that answers only after COMMIT succeeds (SERIALIZABLE
 // count-then-insert, examples/outoftree) can keep both, and pays in
 // aborted attempts instead.
-const ClaimsAll = NoOversell | IdempotentKey | OneActivePerUser | ReturnOnce | Conserves | NoPhantomSoldOut | NoWait | SurvivesRestart
+const ClaimsAll = NoOversell | IdempotentKey | OneActivePerUser | ReturnOnce | Conserves | NoPhantomSoldOut | NoWait | SurvivesRestart |
+	LeastPrivilege
 
 var claimNames = map[Claims]string{
 	NoOversell:       "no-oversell",
@@ -60,6 +66,7 @@ var claimNames = map[Claims]string{
 	NoPhantomSoldOut: "no-phantom-sold-out",
 	NoWait:           "no-wait",
 	SurvivesRestart:  "survives-restart",
+	LeastPrivilege:   "least-privilege",
 }
 
 // Has reports whether every claim in x is in c.

@@ -18,6 +18,7 @@
 //	Restarter            restart a node in place (Deployment; restart, node-death: n/a)
 //	ReserveCrasher       a request that dies mid-reserve (Deployment; node-death: n/a)
 //	Meta.Attach          a second process over the same stock (kill-release, kill-reserve: n/a)
+//	Meta.Setup           the schema created by an owner role, served by a runtime role (least-privilege: n/a)
 //
 // What a strategy promises is stated as [Claims]. The harness (package compare)
 // and the conformance kit (package strategytest) judge every observation against
