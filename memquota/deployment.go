@@ -27,6 +27,14 @@ var schema = pgstrategy.Schema{
 	Last:    "memquota_sale_due",
 	LockKey: 0x6d656d71756f7461,
 	Totals:  `SELECT sku, total FROM memquota_stock WHERE sku = ANY($1)`,
+	// Least privilege: stock and shares are written once at Open; the
+	// sales log is inserted into and moved, never deleted from (the probe
+	// that waits for a row in flight inserts and rolls back).
+	Grants: []pgstrategy.Grant{
+		{Table: "memquota_stock", Privileges: "SELECT, INSERT"},
+		{Table: "memquota_share", Privileges: "SELECT, INSERT"},
+		{Table: "memquota_sale", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // Deployment is strategy C over one database: its nodes, each with its own

@@ -163,7 +163,7 @@ const (
 	// harness charges what the audit finds after a restart to
 	// SurvivesRestart.
 	baseClaims = strategy.NoOversell | strategy.Conserves | strategy.IdempotentKey | strategy.OneActivePerUser |
-		strategy.ReturnOnce | strategy.NoWait
+		strategy.ReturnOnce | strategy.NoWait | strategy.LeastPrivilege
 
 	// ConfigClaims are the claims of memquota (FromConfig): not
 	// SurvivesRestart, because a restart from the configured share sells the
@@ -194,6 +194,7 @@ func New(opts Options) strategy.Meta {
 	}
 	m.Open = pgstrategy.Bind(Open, opts)
 	m.Attach = pgstrategy.Bind(attach, opts)
+	m.Setup = schema.Setup
 	return m
 }
 
