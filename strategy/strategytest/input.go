@@ -109,6 +109,9 @@ type Scenario struct {
 	// boundary column). Empty: only in the per-scenario sections.
 	Summary string `json:"summary,omitempty"`
 
+	// FaultInput holds the fields of the kinds of kinds.go.
+	FaultInput
+
 	// Seed is what the seed reported, by strategy name ("any" for all), shown
 	// next to the measured counts so the seed's rows stay recognisable. It is
 	// never used as an expectation.
@@ -462,7 +465,9 @@ func (in *Scenario) Validate() error {
 			return bad("need crash_after")
 		}
 	default:
-		return bad("unknown kind %q", in.Kind)
+		if err := in.validateExtra(); err != nil {
+			return err
+		}
 	}
 	switch in.Summary {
 	case "", "counts", "boundary":

@@ -41,6 +41,9 @@ type Env struct {
 	// reconfigure the server DB lives on. Only for a server nothing else
 	// uses; without it those scenarios are skipped.
 	Server ServerControl
+
+	// lp is how a strategy with Meta.Setup is served (roles.go); nil: RunScenario prepares it.
+	lp *leastPriv
 }
 
 // ServerControl is what the exclusive-server scenarios do to the server
@@ -74,6 +77,11 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	if env.StepTimeout == 0 {
 		env.StepTimeout = 20 * time.Second
 	}
+	closeRoles, err := env.serveLeastPrivileged(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%s: least privilege: %v", ErrSetup, env.Meta.Name, in.Name, err)
+	}
+	defer closeRoles()
 	runner, req := runnerFor(in)
 	reps := in.Repetitions
 	if env.Short {
@@ -146,6 +154,9 @@ type requirement struct {
 // runnerFor returns the runner of a kind and what it needs. Restart phases
 // add the Restarter capability to a requests scenario.
 func runnerFor(in *Scenario) (runnerFunc, requirement) {
+	if k, ok := extraKinds[in.Kind]; ok {
+		return k.run, k.req
+	}
 	switch in.Kind {
 	case KindRequests:
 		var r requirement

@@ -83,6 +83,7 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	t.Helper()
 	db, admin := newDB(t)
+	db, lp := leastPrivilegeFor(t, meta, db, admin)
 	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db) })
 	t.Run("session", func(t *testing.T) { checkSession(t, meta, db) })
 	ins, err := Scenarios()
@@ -96,7 +97,7 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 			continue
 		}
 		t.Run(in.Name, func(t *testing.T) {
-			env := Env{Meta: meta, DB: db, Admin: admin, Short: testing.Short(), Logf: t.Logf}
+			env := Env{Meta: meta, DB: db, Admin: admin, Short: testing.Short(), Logf: t.Logf, lp: lp}
 			if in.ExclusiveServer {
 				if own == nil {
 					own = startOwnServer(parent)
@@ -147,7 +148,7 @@ func (o *ownServer) env(t *testing.T, env Env) Env {
 		return env
 	}
 	d := pgtest.NewDatabaseOn(t, o.srv)
-	env.DB, env.Admin, env.Server = d.Pool(t, 32), d.AdminPool(t, 4), o.srv
+	env.DB, env.Admin, env.Server, env.lp = d.Pool(t, 32), d.AdminPool(t, 4), o.srv, nil
 	return env
 }
 

@@ -61,6 +61,10 @@ const (
 	// confirmIgnoresExpiry: ConfirmBeforeExpiry does not look at
 	// expires_at.
 	confirmIgnoresExpiry
+	// grantsAll: Meta.Setup creates the schema as the owner role, then
+	// grants the runtime role ALL on its tables (TRUNCATE and DELETE among
+	// them) instead of what serving uses (setup.go).
+	grantsAll
 )
 
 //go:embed schema.sql
@@ -78,6 +82,7 @@ func meta(s spec) strategy.Meta {
 		Attach: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
 			return attach(ctx, s, cfg)
 		},
+		Setup: setupOf(s),
 	}
 }
 
@@ -107,29 +112,8 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 	}
 	tb := tablesOf(s.name)
 	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
+		if err := createSchema(ctx, tx, s, tb); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, strings.ReplaceAll(schemaSQL, "ctl_", tb.prefix+"_")); err != nil {
-			return err
-		}
-		// The constraints strategy A has, less the one this control drops.
-		if s.b != unconditionalDecrement {
-			if _, err := tx.Exec(ctx, tb.q(`DO $$ BEGIN
-				ALTER TABLE {stock} ADD CONSTRAINT {stock}_range CHECK (available >= 0 AND available <= total);
-			EXCEPTION WHEN duplicate_object THEN NULL; END $$`)); err != nil {
-				return err
-			}
-		}
-		if s.b != keyNotUnique {
-			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_key ON {reservation} (request_key)`)); err != nil {
-				return err
-			}
-		}
-		if s.b != checkThenInsert {
-			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`)); err != nil {
-				return err
-			}
 		}
 		for _, st := range cfg.Stock {
 			tag, err := tx.Exec(ctx, tb.q(`INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`), st.SKU, st.Total)

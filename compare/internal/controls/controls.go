@@ -132,6 +132,9 @@ var specs = []spec{
 	{name: "ctl-restart-from-config", cs: "C28-15", b: restartFromConfig, claims: claimsOfA,
 		breaks: "a restart sets available = total again, as a restart from config would",
 		expect: expect("restart", strategy.SurvivesRestart)},
+	{name: "ctl-grants-all", cs: "seed 004", b: grantsAll, claims: claimsOfA | strategy.LeastPrivilege,
+		breaks: "Meta.Setup grants the runtime role ALL on its tables, TRUNCATE and DELETE among them",
+		expect: expect("least-privilege", strategy.LeastPrivilege)},
 }
 
 // All returns every negative control.
