@@ -68,6 +68,7 @@ func (l *link) run(dark bool) {
 	go func() {
 		defer close(done)
 		l.serverToClient()
+		l.close() // the server closed: so does the client's side, as TCP would pass the FIN on
 	}()
 	l.clientToServer()
 	l.close()
@@ -78,6 +79,12 @@ func (l *link) silence() {
 	l.mu.Lock()
 	l.silent = true
 	l.mu.Unlock()
+}
+
+func (l *link) backendPID() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.backend
 }
 
 func (l *link) isSilent() bool {

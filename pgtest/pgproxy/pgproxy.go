@@ -153,10 +153,10 @@ func (p *Proxy) Dark() {
 
 // Heal ends every silence: the silent connections are reset (as a
 // partition that ends finds them, or a TCP timeout ends them), and new
-// connections are forwarded again. It disarms any fault left.
+// connections are forwarded again. A fault still armed stays armed.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	p.dark, p.armed = false, nil
+	p.dark = false
 	var silent []*link
 	for l := range p.links {
 		if l.isSilent() {
@@ -167,6 +167,24 @@ func (p *Proxy) Heal() {
 	for _, l := range silent {
 		l.close()
 	}
+}
+
+// Reset resets the connection of this backend (one a Blackhole fault
+// silenced, say) and reports whether there was one.
+func (p *Proxy) Reset(backend uint32) bool {
+	p.mu.Lock()
+	var found *link
+	for l := range p.links {
+		if l.backendPID() == backend {
+			found = l
+		}
+	}
+	p.mu.Unlock()
+	if found == nil {
+		return false
+	}
+	found.close()
+	return true
 }
 
 // Open is the number of connections the proxy holds.

@@ -11,7 +11,13 @@ const (
 )
 
 // FaultInput holds the fields of these kinds; it is embedded in Scenario.
-type FaultInput struct{}
+type FaultInput struct {
+	// Faults (partition) are cycled through by trial.
+	Faults []string `json:"faults,omitempty"`
+	// Hits (partition) is how many connections a fault cuts, or how many
+	// requests are sent while the proxy is dark.
+	Hits int `json:"hits,omitempty"`
+}
 
 // kindSpec is a kind registered with registerKind: its runner, what it
 // needs, the fields a scenario of the kind must have, and the checks of its

@@ -114,6 +114,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
 		}
+		t.runCleanups()
 		var na notApplicable
 		if errors.As(err, &na) {
 			r.Skipped = string(na)
@@ -232,6 +233,9 @@ type trial struct {
 	// Conserves, so a strategy that does not survive a restart can still
 	// claim that it never oversells while it runs.
 	restarted bool
+
+	// cleanups run after the trial's deployment is closed (cleanup.go).
+	cleanups []func()
 }
 
 // auditClaim is the claim an audit check is judged against.

@@ -65,6 +65,13 @@ const (
 	// grants the runtime role ALL on its tables (TRUNCATE and DELETE among
 	// them) instead of what serving uses (setup.go).
 	grantsAll
+	// errorIsSoldOut: a Reserve whose transaction fails with an error (a
+	// connection lost at COMMIT among them) answers SOLD_OUT, as if a
+	// failure surely sold nothing.
+	errorIsSoldOut
+	// replayIsHeld: a known key of the same user and SKU is answered HELD
+	// again instead of REPLAY.
+	replayIsHeld
 )
 
 //go:embed schema.sql
@@ -297,12 +304,18 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
 	})
+	if err != nil && n.c.breaks == errorIsSoldOut {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
 	return res, err
 }
 
-func knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
+func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
 	if existing.User != req.User || existing.SKU != req.SKU {
 		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
+	}
+	if c.breaks == replayIsHeld {
+		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: existing}
 	}
 	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: existing}
 }
@@ -326,7 +339,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 			return strategy.Result{}, err
 		}
 		if existing.Status != strategy.StatusNotFound {
-			return knownKey(req, existing), nil
+			return c.knownKey(req, existing), nil
 		}
 	}
 	sp, err := tx.Begin(ctx)
@@ -356,7 +369,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		case existing.Status == strategy.StatusNotFound:
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 		}
-		return knownKey(req, existing), nil
+		return c.knownKey(req, existing), nil
 	case err != nil:
 		return strategy.Result{}, err
 	}

@@ -135,6 +135,12 @@ var specs = []spec{
 	{name: "ctl-grants-all", cs: "seed 004", b: grantsAll, claims: claimsOfA | strategy.LeastPrivilege,
 		breaks: "Meta.Setup grants the runtime role ALL on its tables, TRUNCATE and DELETE among them",
 		expect: expect("least-privilege", strategy.LeastPrivilege)},
+	{name: "ctl-error-is-sold-out", cs: "new", b: errorIsSoldOut, claims: claimsOfA,
+		breaks: "a reservation whose transaction fails with an error, a connection lost at COMMIT among them, is answered SOLD_OUT",
+		expect: expect("partition", contract)},
+	{name: "ctl-replay-is-held", cs: "C28-04", b: replayIsHeld, claims: claimsOfA,
+		breaks: "a known key of the same user and SKU is answered HELD again, not REPLAY",
+		expect: expect("partition", contract)},
 }
 
 // All returns every negative control.
