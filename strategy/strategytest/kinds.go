@@ -17,6 +17,11 @@ type FaultInput struct {
 	// Hits (partition) is how many connections a fault cuts, or how many
 	// requests are sent while the proxy is dark.
 	Hits int `json:"hits,omitempty"`
+	// Replication (failover) is "async" or "sync": how the standby the
+	// primary fails over to was replicating.
+	Replication string `json:"replication,omitempty"`
+	// LagRequests (failover) are sent while the standby receives nothing.
+	LagRequests int `json:"lag_requests,omitempty"`
 }
 
 // kindSpec is a kind registered with registerKind: its runner, what it

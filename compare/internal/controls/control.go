@@ -72,6 +72,10 @@ const (
 	// replayIsHeld: a known key of the same user and SKU is answered HELD
 	// again instead of REPLAY.
 	replayIsHeld
+	// asyncCommit: every reservation commits with synchronous_commit =
+	// off: COMMIT returns before its WAL is flushed, and waits for no
+	// standby.
+	asyncCommit
 )
 
 //go:embed schema.sql
@@ -300,6 +304,11 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 	var res strategy.Result
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
+		if n.c.breaks == asyncCommit {
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
