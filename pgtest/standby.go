@@ -58,21 +58,23 @@ func (s *Server) StartStandby(ctx context.Context, name string) (_ *Standby, err
 		"-p", fmt.Sprint(socketPort), "-U", "postgres", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
 		return nil, fmt.Errorf("pg_basebackup: %w", err)
 	}
-	// The copy carries the primary's postgresql.conf: later lines win.
+	// The copy carries the primary's configuration, postgresql.auto.conf
+	// (ALTER SYSTEM) included, which is read last: the standby's own
+	// settings go at its end, where they win.
 	conf := []string{
 		"# standby, written by reservebench/pgtest",
 		fmt.Sprintf("unix_socket_directories = '%s'", c.dir),
 		fmt.Sprintf("primary_conninfo = 'host=%s port=%d user=postgres application_name=%s'", primary.dir, socketPort, name),
 		"hot_standby = on",
 	}
-	if err := appendFile(filepath.Join(c.dataDir(), "postgresql.conf"), strings.Join(conf, "\n")+"\n"); err != nil {
+	if err := appendFile(filepath.Join(c.dataDir(), "postgresql.auto.conf"), "\n"+strings.Join(conf, "\n")+"\n"); err != nil {
 		return nil, err
 	}
 	if err := appendFile(filepath.Join(c.dataDir(), "standby.signal"), ""); err != nil {
 		return nil, err
 	}
 	if c.cred != nil {
-		for _, f := range []string{"postgresql.conf", "standby.signal"} {
+		for _, f := range []string{"postgresql.auto.conf", "standby.signal"} {
 			if err := os.Chown(filepath.Join(c.dataDir(), f), int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 				return nil, err
 			}
