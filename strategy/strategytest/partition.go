@@ -290,7 +290,7 @@ func (t *trial) resolveByRetry(ctx context.Context, label string, ops []Op, hits
 		if was {
 			committed++
 		}
-		again := t.reserve(ctx, "retry", i, op.Req)
+		again := t.reserve(ctx, fmt.Sprintf("retry%d", i), op.Node, op.Req)
 		answers[string(again.Outcome)]++
 		want := strategy.OutcomeHeld
 		if was {

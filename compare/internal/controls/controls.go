@@ -1,6 +1,7 @@
 // Package controls holds the negative controls of table 28-1: copies of
 // strategy A (hotrow) with one deliberate mistake each, claiming the
-// guarantee the mistake breaks. The harness must catch each with the claim
+// guarantee the mistake breaks, and (memquota.go) strategy C claiming what
+// its in-memory counters cannot keep across a node process's restart. The harness must catch each with the claim
 // and scenario listed; package compare runs them next to the registered
 // strategies and fails when one escapes. They are never registered with
 // strategy.Register, so they never appear among the strategies; helper
@@ -155,7 +156,7 @@ func All() []Control {
 	for i, s := range specs {
 		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race}
 	}
-	return out
+	return append(out, memquotaControls()...)
 }
 
 // The controls run in helper processes too (the kill scenarios), which find
