@@ -58,6 +58,11 @@ type Deployment struct {
 	// settleMu lets one goroutine at a time settle the units in doubt.
 	settleMu sync.Mutex
 
+	// The releases and expiries in doubt (moves.go).
+	mmu    sync.Mutex
+	moves  []moveDoubt
+	nmoves atomic.Int32
+
 	closed atomic.Bool // Close was called: no restart any more
 }
 
@@ -389,7 +394,7 @@ func (d *Deployment) Settle(ctx context.Context) (int, error) {
 // settleSome settles the doubts if there are any and no one else is
 // settling. The caller holds d.life shared.
 func (d *Deployment) settleSome(ctx context.Context) {
-	pending := false
+	pending := d.nmoves.Load() > 0
 	for i := range d.nodes {
 		if d.nodes[i].Load().ndoubt.Load() > 0 {
 			pending = true
@@ -421,8 +426,9 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 		}
 		n.dmu.Unlock()
 	}
-	if len(all) == 0 {
-		return 0, nil
+	moved, err := d.settleMoves(ctx)
+	if err != nil || len(all) == 0 {
+		return moved, err
 	}
 	rows, err := d.db.Query(ctx, settleSQL, keys, pids, attempts)
 	if err != nil {
@@ -436,7 +442,7 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("memquota: settle: %w", err)
 	}
-	back := 0
+	back := moved
 	for _, v := range verdicts {
 		if v.Running {
 			continue

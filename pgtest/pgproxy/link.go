@@ -51,7 +51,7 @@ func (l *link) run(dark bool) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	server, err := l.p.dial(ctx)
+	server, err := l.p.dialer()(ctx)
 	cancel()
 	if err != nil {
 		return

@@ -96,27 +96,32 @@ type Proxy struct {
 // and port as libpq names them: a host that starts with "/" is the
 // directory of a Unix socket (.s.PGSQL.<port>), any other a TCP host.
 func Start(host string, port uint16) (*Proxy, error) {
-	network, addr := "tcp", net.JoinHostPort(host, strconv.Itoa(int(port)))
-	if len(host) > 0 && host[0] == '/' {
-		network, addr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("pgproxy: listen: %w", err)
 	}
-	p := &Proxy{
-		ln:     ln,
-		target: network + ":" + addr,
-		links:  map[*link]struct{}{},
-		hits:   make(chan Hit, 64),
-		dial: func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	}
+	p := &Proxy{ln: ln, links: map[*link]struct{}{}, hits: make(chan Hit, 64)}
+	p.SetTarget(host, port)
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// SetTarget points new connections at another server (a promoted
+// standby, after a failover); connections already open stay where they
+// are.
+func (p *Proxy) SetTarget(host string, port uint16) {
+	network, addr := "tcp", net.JoinHostPort(host, strconv.Itoa(int(port)))
+	if len(host) > 0 && host[0] == '/' {
+		network, addr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = network + ":" + addr
+	p.dial = func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
 }
 
 // Addr is the host and port clients connect to.
@@ -126,7 +131,17 @@ func (p *Proxy) Addr() (string, uint16) {
 }
 
 // Target is where the proxy forwards to, e.g. "unix:/tmp/x/.s.PGSQL.5432".
-func (p *Proxy) Target() string { return p.target }
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+func (p *Proxy) dialer() func(context.Context) (net.Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dial
+}
 
 // Arm sets the fault the next matching statements get, replacing any fault
 // still armed.

@@ -22,6 +22,8 @@ type FaultInput struct {
 	Replication string `json:"replication,omitempty"`
 	// LagRequests (failover) are sent while the standby receives nothing.
 	LagRequests int `json:"lag_requests,omitempty"`
+
+	soak *soakPlan // the soak's (Soak builds its input; no file has it)
 }
 
 // kindSpec is a kind registered with registerKind: its runner, what it

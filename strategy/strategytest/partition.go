@@ -82,7 +82,7 @@ func runPartition(ctx context.Context, t *trial) error {
 	mode := t.in.Faults[(t.n-1)%len(t.in.Faults)]
 	fault := partitionFaults[mode]
 	fault.Hits = t.in.Hits
-	p, err := t.behindProxy(ctx)
+	p, _, err := t.behindProxy(ctx)
 	if err != nil {
 		return err
 	}
@@ -121,13 +121,13 @@ func runPartition(ctx context.Context, t *trial) error {
 }
 
 // behindProxy starts a proxy in front of Env.DB's server and replaces the
-// trial's deployment by one attached through it. Both are stopped after
-// the trial's final checks.
-func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, error) {
+// trial's deployment by one attached through it, over the returned pool.
+// Both are stopped after the trial's final checks.
+func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, error) {
 	cc := t.env.DB.Config().ConnConfig
 	p, err := pgproxy.Start(cc.Host, cc.Port)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t.onCleanup(func() { _ = p.Close() })
 	cfg := t.env.DB.Config().Copy()
@@ -136,20 +136,20 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, error) {
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pool through the proxy: %w", err)
+		return nil, nil, fmt.Errorf("pool through the proxy: %w", err)
 	}
 	t.onCleanup(pool.Close)
 	if err := t.dep.Close(); err != nil {
-		return nil, fmt.Errorf("close the direct deployment: %w", err)
+		return nil, nil, fmt.Errorf("close the direct deployment: %w", err)
 	}
 	acfg := t.cfg
 	acfg.DB = pool
 	dep, err := t.env.Meta.Attach(ctx, acfg)
 	if err != nil {
-		return nil, fmt.Errorf("attach through the proxy: %w", err)
+		return nil, nil, fmt.Errorf("attach through the proxy: %w", err)
 	}
 	t.dep = dep
-	return p, nil
+	return p, pool, nil
 }
 
 // partitionCut runs the load while the armed fault cuts connections, and
