@@ -227,8 +227,10 @@ type Handler func(ctx context.Context, op string, arg json.RawMessage) (result a
 
 // Serve is the node process's side: it decodes its arguments into args,
 // runs setup (which opens what the node serves), prints READY and answers
-// requests, each in a goroutine of its own, until stdin closes (the parent
-// died or closed it). It returns the process's exit code.
+// requests, each in a goroutine of its own, until stdin closes: the parent
+// died or closed it. Then it returns at once, calls still running or not,
+// so a node process never outlives its parent. It returns the process's
+// exit code.
 func Serve(args any, setup func() (Handler, error)) int {
 	if err := json.Unmarshal([]byte(os.Getenv(envArgs)), args); err != nil {
 		fmt.Printf("ERROR args: %v\n", err)
@@ -252,15 +254,12 @@ func Serve(args any, setup func() (Handler, error)) int {
 	ctx := context.Background()
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var wg sync.WaitGroup
 	for sc.Scan() {
 		var req Request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			continue
 		}
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			res, kind, err := h(ctx, req.Op, req.Arg)
 			r := Response{ID: req.ID, Kind: kind}
 			if err != nil {
@@ -272,7 +271,6 @@ func Serve(args any, setup func() (Handler, error)) int {
 			write(r)
 		}()
 	}
-	wg.Wait()
 	return 0
 }
 
