@@ -133,6 +133,7 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool,
 	cfg := t.env.DB.Config().Copy()
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Addr()
 	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.RuntimeParams["application_name"] = t.proxyApp()
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -317,6 +318,10 @@ func (t *trial) resolveByRetry(ctx context.Context, label string, ops []Op, hits
 		sample(wrong), keys...)
 	return nil
 }
+
+// proxyApp is the application_name of the connections through the
+// trial's proxy.
+func (t *trial) proxyApp() string { return "rb-proxy" + t.suffix }
 
 func firstWord(sql string) string {
 	f := strings.Fields(sql)

@@ -208,16 +208,15 @@ func (s *soaker) cycle(ctx context.Context, cycle int, fault string) error {
 	if ferr != nil {
 		return ferr
 	}
-	// Quiet: no backend of the database is doing anything any more.
-	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "busy backends after the cycle", `
-		SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid()
-		  AND backend_type = 'client backend' AND state <> 'idle'`); err != nil {
+	// Quiet: the deployment's pool drops its connections (some the fault
+	// reset: the clients met those already, the checks are not the fault's
+	// to disturb), and the server has ended every backend of them, so that
+	// whatever a dead one was doing is over: committed or rolled back.
+	s.pool.Reset()
+	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends of the deployment's connections after the cycle",
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, t.proxyApp()); err != nil {
 		return err
 	}
-	// The pool may still hold connections the fault reset; the checks are
-	// not the fault's to disturb (the clients met those already).
-	s.pool.Reset()
 	return s.check(ctx, fmt.Sprintf("c%03d-", cycle))
 }
 
