@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,10 @@ type leastPriv struct {
 // role may not create roles (a RESERVEBENCH_DSN without CREATEROLE) runs the
 // strategy as env.DB's role, and the least-privilege scenario says why it
 // is skipped. The returned func closes what it opened.
+//
+// The runtime pool is kept for the next run of the same strategy over the
+// same Env.DB (a table runs every scenario over one pool, and a pool warms
+// its connections once), until ForgetPools(env.DB).
 func (env *Env) serveLeastPrivileged(ctx context.Context) (func(), error) {
 	nothing := func() {}
 	if env.lp != nil {
@@ -37,6 +42,11 @@ func (env *Env) serveLeastPrivileged(ctx context.Context) (func(), error) {
 	}
 	if env.Meta.Setup == nil {
 		env.lp = &leastPriv{why: "not least-privilege: Meta.Setup is nil, so Open creates its tables as the role it serves as, which owns them"}
+		return nothing, nil
+	}
+	key := servedKey{db: env.DB, strategy: env.Meta.Name}
+	if s, ok := served.Load(key); ok {
+		env.DB, env.lp = s.(*servedAs).runtime, s.(*servedAs).lp
 		return nothing, nil
 	}
 	roles, err := pgtest.LeastPrivilege(ctx, env.Admin.Config().ConnString())
@@ -60,9 +70,43 @@ func (env *Env) serveLeastPrivileged(ctx context.Context) (func(), error) {
 		owner.Close()
 		return nil, err
 	}
-	env.DB = runtime
-	env.lp = &leastPriv{owner: owner, ownerRole: pgtest.OwnerRole, runtimeRole: roles.Runtime}
-	return func() { runtime.Close(); owner.Close() }, nil
+	lp := &leastPriv{owner: owner, ownerRole: pgtest.OwnerRole, runtimeRole: roles.Runtime}
+	if _, raced := served.LoadOrStore(key, &servedAs{runtime: runtime, lp: lp}); raced {
+		runtime.Close()
+		owner.Close()
+		return env.serveLeastPrivileged(ctx)
+	}
+	env.DB, env.lp = runtime, lp
+	return nothing, nil
+}
+
+// served keeps the pools a strategy is served with, per Env.DB and
+// strategy, across scenario runs.
+var served sync.Map // servedKey -> *servedAs
+
+type servedKey struct {
+	db       *pgxpool.Pool
+	strategy string
+}
+
+type servedAs struct {
+	runtime *pgxpool.Pool
+	lp      *leastPriv
+}
+
+// ForgetPools closes the pools RunScenario opened to serve strategies
+// least-privileged over db (the runtime role's, the owner's), kept for the
+// next run over db; call it before closing db. The kit and the table call
+// it themselves.
+func ForgetPools(db *pgxpool.Pool) {
+	served.Range(func(k, v any) bool {
+		if k.(servedKey).db == db {
+			served.Delete(k)
+			v.(*servedAs).runtime.Close()
+			v.(*servedAs).lp.owner.Close()
+		}
+		return true
+	})
 }
 
 // leastPrivilegeFor prepares the kit's database the way RunScenario
@@ -76,6 +120,7 @@ func leastPrivilegeFor(t testing.TB, meta strategy.Meta, db, admin *pgxpool.Pool
 		t.Fatalf("least privilege: %v", err)
 	}
 	t.Cleanup(closeRoles)
+	t.Cleanup(func() { ForgetPools(db) })
 	if env.lp.owner == nil {
 		t.Logf("%s: %s", meta.Name, env.lp.why)
 	}

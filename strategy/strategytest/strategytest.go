@@ -68,8 +68,8 @@ func (o Options) wants(name string) bool {
 }
 
 // Run runs the kit as subtests of t: the config and session checks, then
-// every scenario. The scenarios that crash or reconfigure the server
-// (server-crash, commit-timeout) run on a throwaway cluster the kit starts
+// every scenario. The scenarios that crash, fail over or reconfigure the
+// server (server-crash, commit-timeout, failover-*) run on a throwaway cluster the kit starts
 // for them when local PostgreSQL binaries are found (pgtest.Start); against
 // a server named by pgtest.EnvDSN they are skipped. The test binary's
 // TestMain must call Main, so the kill scenarios' helper processes work.
@@ -149,6 +149,7 @@ func (o *ownServer) env(t *testing.T, env Env) Env {
 	}
 	d := pgtest.NewDatabaseOn(t, o.srv)
 	env.DB, env.Admin, env.Server, env.lp = d.Pool(t, 32), d.AdminPool(t, 4), o.srv, nil
+	t.Cleanup(func() { ForgetPools(env.DB) })
 	return env
 }
 
