@@ -122,6 +122,7 @@ func soakOne(t *testing.T, meta strategy.Meta, dur time.Duration, seed uint64) (
 		return nil, "", err
 	}
 	defer db.Close()
+	defer strategytest.ForgetPools(db)
 	admin, err := pgtest.OpenPool(ctx, d.AdminDSN, 4)
 	if err != nil {
 		return nil, "", err

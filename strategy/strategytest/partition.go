@@ -53,7 +53,7 @@ func init() {
 
 // darkDeadline bounds a request sent while the proxy is dark: it cannot
 // get through, and pgx gives up this long after asking.
-const darkDeadline = 500 * time.Millisecond
+const darkDeadline = 200 * time.Millisecond
 
 // runPartition puts a proxy (pgtest/pgproxy) between the strategy and
 // PostgreSQL: the trial's deployment is replaced by one attached through
