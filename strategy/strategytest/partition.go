@@ -129,7 +129,6 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool,
 	if err != nil {
 		return nil, nil, err
 	}
-	t.onCleanup(func() { _ = p.Close() })
 	cfg := t.env.DB.Config().Copy()
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Addr()
 	cfg.ConnConfig.Fallbacks = nil
@@ -137,9 +136,16 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool,
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
+		_ = p.Close()
 		return nil, nil, fmt.Errorf("pool through the proxy: %w", err)
 	}
-	t.onCleanup(pool.Close)
+	// The proxy goes first: its connections reset, the pool closes at once
+	// (it says goodbye on each connection, and would wait for an answer
+	// through a proxy still open).
+	t.onCleanup(func() {
+		_ = p.Close()
+		pool.Close()
+	})
 	if err := t.dep.Close(); err != nil {
 		return nil, nil, fmt.Errorf("close the direct deployment: %w", err)
 	}
