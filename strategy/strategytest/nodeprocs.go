@@ -158,8 +158,21 @@ func (np *nodeProcs) start(ctx context.Context, i int) error {
 	np.gen++
 	app := fmt.Sprintf("rb-node-%s-%d-%d", strings.TrimPrefix(np.t.suffix, "-"), i, np.gen)
 	np.mu.Unlock()
+	// A node process sends each statement in one round trip (pgx's exec
+	// mode: parse, bind and execute together), so that a statement it had
+	// sent before it was killed runs to its end whether or not its
+	// connection had prepared it before: with prepared statements, one
+	// that waited for a lock while being parsed would never be executed,
+	// and what the table reports would depend on which connection a
+	// request got.
+	dsn := pgcontrol.WithAppName(np.t.env.DB.Config().ConnString(), app)
+	if strings.Contains(dsn, "://") {
+		dsn += "&default_query_exec_mode=exec"
+	} else {
+		dsn += " default_query_exec_mode=exec"
+	}
 	p, err := nodeproc.Start(ctx, nodeHelperName, nodeArgs{
-		Strategy: np.t.env.Meta.Name, DSN: pgcontrol.WithAppName(np.t.env.DB.Config().ConnString(), app),
+		Strategy: np.t.env.Meta.Name, DSN: dsn,
 		Stock: np.t.cfg.Stock, Nodes: np.t.cfg.NodeCount(), Node: i,
 	})
 	if err != nil {
