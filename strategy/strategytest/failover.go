@@ -120,9 +120,11 @@ func runFailover(ctx context.Context, t *trial) error {
 	}
 	acfg := t.cfg
 	acfg.DB = db
-	if t.dep, err = t.env.Meta.Attach(ctx, acfg); err != nil {
+	dep, err := t.env.Meta.Attach(ctx, acfg)
+	if err != nil {
 		return fmt.Errorf("attach through the failover pool: %w", err)
 	}
+	t.dep = dep
 	t.env.Admin = admin
 
 	// 1. Replicated.
