@@ -272,6 +272,17 @@ func ordered(in []*strategytest.Scenario) []*strategytest.Scenario {
 	return out
 }
 
+// skipped says why a scenario was not applicable to the control in this
+// run (a slow fault under -short), or "".
+func (c *ControlReport) skipped(scenario string) string {
+	for _, r := range c.Results {
+		if r.Scenario == scenario {
+			return r.Skipped
+		}
+	}
+	return ""
+}
+
 // Judge fills in Caught for each expectation of a control.
 func (c *ControlReport) Judge() {
 	c.Caught = make([]bool, len(c.Expect))

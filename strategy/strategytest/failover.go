@@ -82,6 +82,9 @@ const waitingForStandby = `(wait_event = 'SyncRep' OR wait_event_type = 'Lock')`
 // strategy that commits on the primary alone can claim. With synchronous
 // replication nothing acknowledged may be lost: the contract's check.
 func runFailover(ctx context.Context, t *trial) error {
+	if t.env.Short {
+		return notApplicable("a failover takes a standby and a promotion, seconds each: not under -short (go test ./compare and make soak run it)")
+	}
 	srv, ok := t.env.Server.(*pgtest.Server)
 	if !ok || srv.Kind != pgtest.KindLocal {
 		return notApplicable("a failover needs a local cluster started by pgtest, to take a standby of")
