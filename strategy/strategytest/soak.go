@@ -157,6 +157,7 @@ type soaker struct {
 // and checks.
 func (s *soaker) cycle(ctx context.Context, cycle int, fault string) error {
 	t := s.t
+	since := t.hist.Begin()
 	var done sync.WaitGroup
 	var count sync.Mutex
 	sent := 0
@@ -217,7 +218,7 @@ func (s *soaker) cycle(ctx context.Context, cycle int, fault string) error {
 		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, t.proxyApp()); err != nil {
 		return err
 	}
-	return s.check(ctx, fmt.Sprintf("c%03d-", cycle))
+	return s.check(ctx, cycle, since)
 }
 
 // one sends one operation of the load: mostly a new reservation, sometimes
@@ -402,14 +403,15 @@ func (s *soaker) resendReleases(ctx context.Context) error {
 	return nil
 }
 
-// check resolves the unknown requests of the cycle whose keys start with
-// prefix (sent again with their keys), then checks the cycle's history
-// against the durable state and the audit.
-func (s *soaker) check(ctx context.Context, prefix string) error {
+// check resolves the unknown requests the cycle sent (those invoked since
+// `since`: new keys and replays of old ones alike), sending them again
+// with their keys, then checks the cycle's history against the durable
+// state and the audit.
+func (s *soaker) check(ctx context.Context, cycle int, since time.Duration) error {
 	t := s.t
 	var cycleOps, unknown []Op
 	for _, op := range t.hist.Ops() {
-		if op.Kind == "reserve" && len(t.plain(op.Req.Key)) >= len(prefix) && t.plain(op.Req.Key)[:len(prefix)] == prefix {
+		if op.Kind == "reserve" && op.Invoke >= since {
 			cycleOps = append(cycleOps, op)
 			if op.Type == OpInfo {
 				unknown = append(unknown, op)
@@ -453,7 +455,7 @@ func (s *soaker) check(ctx context.Context, prefix string) error {
 	// The cycle's requests, resends included, against the durable state.
 	var all []string
 	for _, op := range t.hist.Ops() {
-		if op.Kind == "reserve" && op.Req.Validate() == nil && len(t.plain(op.Req.Key)) >= len(prefix) && t.plain(op.Req.Key)[:len(prefix)] == prefix {
+		if op.Kind == "reserve" && op.Req.Validate() == nil && op.Invoke >= since {
 			all = append(all, op.Req.Key)
 		}
 	}
@@ -507,7 +509,7 @@ func (s *soaker) check(ctx context.Context, prefix string) error {
 	t.check(t.auditClaim(strategy.NoOversell), "active reservations never exceed the stock (after each cycle)", len(over) == 0, sample(over), noRequest)
 	t.check(t.auditClaim(strategy.Conserves), "total - available == active (after each cycle)", len(drift) == 0, sample(drift), noRequest)
 	if t.env.Logf != nil {
-		t.env.Logf("soak %s: %d requests, %d unknown, %d lost, %d leaked, %s %s", prefix, len(cycleOps), len(unknown), len(lost), len(leaked), sample(over), sample(drift))
+		t.env.Logf("soak cycle %d: %d requests, %d unknown, %d lost, %d leaked, %s %s", cycle, len(cycleOps), len(unknown), len(lost), len(leaked), sample(over), sample(drift))
 	}
 	return nil
 }
