@@ -1,7 +1,7 @@
 # reservebench: the two commands a newcomer needs are `make table` and `make test`.
 GO ?= go
 
-.PHONY: all table test test-short detect bench bench-quick lint deps
+.PHONY: all table test test-short detect soak bench bench-quick lint deps
 
 all: test
 
@@ -26,6 +26,12 @@ test: deps
 DETECT_RUNS ?= 50
 detect: deps
 	RESERVEBENCH_DETECT=$(DETECT_RUNS) $(GO) test -count=1 -timeout 60m -run TestDetectionRates -v ./compare/internal/controls
+
+## soak: every strategy SOAK_FOR (per strategy, two at a time) under a nemesis of faults on a
+## schedule drawn from SOAK_SEED (default: the time): docs/soak.md; fails on any violation
+SOAK_FOR ?= 60s
+soak: deps
+	RESERVEBENCH_SOAK=$(SOAK_FOR) RESERVEBENCH_SOAK_SEED=$(SOAK_SEED) $(GO) test -count=1 -timeout 60m -run TestSoak -v ./soak
 
 ## test-short: fewer repetitions, for a quick local loop
 test-short: deps

@@ -82,9 +82,10 @@ func New(opts Options) strategy.Meta {
 		Description: "no counter: per-SKU advisory lock, count active rows, insert",
 		Correctness: "the count and the insert happen under one per-SKU lock held until commit",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
-			strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart,
+			strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart | strategy.LeastPrivilege,
 		Open:   pgstrategy.Bind(Open, opts),
 		Attach: pgstrategy.Bind(attach, opts),
+		Setup:  schema.Setup,
 	}
 }
 
@@ -99,6 +100,12 @@ var schema = pgstrategy.Schema{
 	Last:    "advisorylock_active_by_sku",
 	LockKey: 7283001,
 	Totals:  `SELECT sku, total FROM advisorylock_stock WHERE sku = ANY($1)`,
+	// Least privilege: the stock row is written once; reservations are
+	// inserted and moved, never deleted.
+	Grants: []pgstrategy.Grant{
+		{Table: "advisorylock_stock", Privileges: "SELECT, INSERT"},
+		{Table: "advisorylock_reservation", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 const (

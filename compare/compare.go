@@ -52,7 +52,9 @@ type Options struct {
 	Database func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, done func(), err error)
 	// ExclusiveDatabase gives a strategy a database on a server nothing else
 	// uses, with control over that server, for the scenarios marked
-	// exclusive_server (crash, commit timeout). Those scenarios run one
+	// exclusive_server (crash, commit timeout, failover); its ctx names the
+	// scenario's lane (laneOf), which may have a server of its own. Those
+	// scenarios run one
 	// strategy at a time. Nil: they are reported as not supported.
 	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv strategytest.ServerControl, done func(), err error)
 	// Logf receives progress lines.
@@ -287,16 +289,17 @@ func errored(meta strategy.Meta, in *strategytest.Scenario, err error) *strategy
 	}
 }
 
-// exclusive serialises the scenarios that crash or reconfigure their server.
-var exclusive sync.Mutex
-
+// runExclusive runs a scenario that crashes or reconfigures its server, in
+// the scenario's lane (lanes.go): one strategy at a time on that lane's
+// server.
 func runExclusive(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (*strategytest.Result, error) {
 	if opts.ExclusiveDatabase == nil {
 		return strategytest.RunScenario(ctx, env, in) // Env.Server is nil: reported as not supported
 	}
-	exclusive.Lock()
-	defer exclusive.Unlock()
-	db, admin, srv, done, err := opts.ExclusiveDatabase(ctx, env.Meta.Name)
+	lock := laneLock(in.Name)
+	lock.Lock()
+	defer lock.Unlock()
+	db, admin, srv, done, err := opts.ExclusiveDatabase(withLane(ctx, in.Name), env.Meta.Name)
 	if err != nil {
 		return nil, fmt.Errorf("exclusive database for %s: %w", env.Meta.Name, err)
 	}
@@ -323,6 +326,17 @@ func ordered(in []*strategytest.Scenario) []*strategytest.Scenario {
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// skipped says why a scenario was not applicable to the control in this
+// run (a slow fault under -short), or "".
+func (c *ControlReport) skipped(scenario string) string {
+	for _, r := range c.Results {
+		if r.Scenario == scenario {
+			return r.Skipped
+		}
+	}
+	return ""
 }
 
 // Judge fills in Caught for each expectation of a control.

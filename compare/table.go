@@ -101,6 +101,10 @@ func Table(t *testing.T, opts TableOptions) *Report {
 			if c.Caught[i] {
 				continue
 			}
+			if why := c.skipped(e.Scenario); testing.Short() && why != "" {
+				t.Logf("negative control %s is not judged in %s, which is n/a under -short: %s", c.Meta.Name, e.Scenario, why)
+				continue
+			}
 			msg := fmt.Sprintf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
 				c.Meta.Name, c.Case, strategytest.ClaimName(e.Claim), e.Scenario, c.Breaks)
 			if testing.Short() && c.Race {
@@ -167,6 +171,7 @@ func databases(t *testing.T, srv *pgtest.Server) func(ctx context.Context, name 
 			return nil, nil, nil, err
 		}
 		done := func() {
+			strategytest.ForgetPools(db)
 			db.Close()
 			admin.Close()
 			if err := srv.DropDatabase(context.Background(), d.Name); err != nil {
@@ -177,28 +182,41 @@ func databases(t *testing.T, srv *pgtest.Server) func(ctx context.Context, name 
 	}
 }
 
-// exclusiveDatabases starts, on first use, a cluster of the harness's own
-// for the scenarios that crash or reconfigure the server; it is stopped when
-// the test ends. With pgtest.EnvDSN set those scenarios cannot run (the
-// harness does not own that server): it returns nil and partial = true.
+// exclusiveDatabases starts, on first use of each lane (lanes.go), a
+// cluster of the harness's own for the scenarios that crash, fail over or
+// reconfigure the server; they are stopped when the test ends. With
+// pgtest.EnvDSN set those scenarios cannot run (the harness does not own
+// that server): it returns nil and partial = true.
 func exclusiveDatabases(t *testing.T) (open func(context.Context, string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error), partial bool) {
 	if os.Getenv(pgtest.EnvDSN) != "" {
-		t.Logf("%s is set: server-crash and commit-timeout need a server of their own and are reported n/a; the table is partial", pgtest.EnvDSN)
+		t.Logf("%s is set: server-crash, commit-timeout and the failovers need a server of their own and are reported n/a; the table is partial", pgtest.EnvDSN)
 		return nil, true
 	}
 	if _, err := pgtest.FindBinDir(); err != nil {
-		t.Logf("no local PostgreSQL binaries (%v): server-crash and commit-timeout need a cluster the harness can crash and are reported n/a; the table is partial", err)
+		t.Logf("no local PostgreSQL binaries (%v): server-crash, commit-timeout and the failovers need a cluster the harness can crash and are reported n/a; the table is partial", err)
 		return nil, true
 	}
+	// One server per lane (lanes.go), started on first use.
+	type lane struct {
+		once sync.Once
+		srv  *pgtest.Server
+		err  error
+	}
 	var mu sync.Mutex
-	var srv *pgtest.Server
+	servers := map[string]*lane{}
 	return func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, strategytest.ServerControl, func(), error) {
 		mu.Lock()
-		defer mu.Unlock()
-		if srv == nil {
+		l := servers[laneOf(ctx)]
+		if l == nil {
+			l = &lane{}
+			servers[laneOf(ctx)] = l
+		}
+		mu.Unlock()
+		l.once.Do(func() {
 			s, err := pgtest.Start(ctx, pgtest.Options{})
 			if err != nil {
-				return nil, nil, nil, nil, err
+				l.err = err
+				return
 			}
 			t.Cleanup(func() {
 				if err := s.Stop(); err != nil {
@@ -206,13 +224,16 @@ func exclusiveDatabases(t *testing.T) (open func(context.Context, string) (*pgxp
 				}
 			})
 			if s.Kind != pgtest.KindLocal {
-				_ = s.Stop()
-				return nil, nil, nil, nil, fmt.Errorf("the exclusive server is a %s server, not a local cluster", s.Kind)
+				l.err = fmt.Errorf("the exclusive server is a %s server, not a local cluster", s.Kind)
+				return
 			}
-			srv = s
+			l.srv = s
+		})
+		if l.err != nil {
+			return nil, nil, nil, nil, l.err
 		}
-		db, admin, done, err := databases(t, srv)(ctx, name)
-		return db, admin, srv, done, err
+		db, admin, done, err := databases(t, l.srv)(ctx, name)
+		return db, admin, l.srv, done, err
 	}, false
 }
 
@@ -258,7 +279,7 @@ func tablePaths(opts TableOptions, short, partial bool) (md, js, why string) {
 	case short:
 		suffix, why = ".short", "-short run (smaller inputs)"
 	case partial:
-		suffix, why = ".partial", pgtest.EnvDSN+" run (server-crash and commit-timeout need a server of their own)"
+		suffix, why = ".partial", pgtest.EnvDSN+" run (server-crash, commit-timeout and the failovers need a server of their own)"
 	default:
 		return opts.Markdown, opts.JSON, ""
 	}

@@ -24,7 +24,8 @@ func init() { strategy.Register(Meta()) }
 // attempt that has decremented the hot row and not yet committed makes every
 // other attempt on that SKU wait for it.
 const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
-	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart |
+	strategy.LeastPrivilege
 
 // DefaultMaxRetries is how often an operation reruns its transaction after a
 // serialization failure (40001) or a deadlock (40P01) when
@@ -102,6 +103,7 @@ func New(opts Options) strategy.Meta {
 		Claims:      Claims,
 		Open:        pgstrategy.Bind(Open, opts),
 		Attach:      pgstrategy.Bind(attach, opts),
+		Setup:       schema.Setup,
 	}
 }
 
@@ -117,6 +119,12 @@ var schema = pgstrategy.Schema{
 	Last:    "reservation_one_active",
 	LockKey: 0x686f74726f77,
 	Totals:  `SELECT sku, total FROM sku_stock WHERE sku = ANY($1)`,
+	// Least privilege: rows are never deleted, and nothing else is needed
+	// (USAGE on reservation's bigserial comes with the grants).
+	Grants: []pgstrategy.Grant{
+		{Table: "sku_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "reservation", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // sqlInsertStock loads the stock; a SKU that already has a row is left

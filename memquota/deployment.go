@@ -27,6 +27,14 @@ var schema = pgstrategy.Schema{
 	Last:    "memquota_sale_due",
 	LockKey: 0x6d656d71756f7461,
 	Totals:  `SELECT sku, total FROM memquota_stock WHERE sku = ANY($1)`,
+	// Least privilege: stock and shares are written once at Open; the
+	// sales log is inserted into and moved, never deleted from (the probe
+	// that waits for a row in flight inserts and rolls back).
+	Grants: []pgstrategy.Grant{
+		{Table: "memquota_stock", Privileges: "SELECT, INSERT"},
+		{Table: "memquota_share", Privileges: "SELECT, INSERT"},
+		{Table: "memquota_sale", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // Deployment is strategy C over one database: its nodes, each with its own
@@ -49,6 +57,11 @@ type Deployment struct {
 
 	// settleMu lets one goroutine at a time settle the units in doubt.
 	settleMu sync.Mutex
+
+	// The releases and expiries in doubt (moves.go).
+	mmu    sync.Mutex
+	moves  []moveDoubt
+	nmoves atomic.Int32
 
 	closed atomic.Bool // Close was called: no restart any more
 }
@@ -381,7 +394,7 @@ func (d *Deployment) Settle(ctx context.Context) (int, error) {
 // settleSome settles the doubts if there are any and no one else is
 // settling. The caller holds d.life shared.
 func (d *Deployment) settleSome(ctx context.Context) {
-	pending := false
+	pending := d.nmoves.Load() > 0
 	for i := range d.nodes {
 		if d.nodes[i].Load().ndoubt.Load() > 0 {
 			pending = true
@@ -413,8 +426,9 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 		}
 		n.dmu.Unlock()
 	}
-	if len(all) == 0 {
-		return 0, nil
+	moved, err := d.settleMoves(ctx)
+	if err != nil || len(all) == 0 {
+		return moved, err
 	}
 	rows, err := d.db.Query(ctx, settleSQL, keys, pids, attempts)
 	if err != nil {
@@ -428,7 +442,7 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("memquota: settle: %w", err)
 	}
-	back := 0
+	back := moved
 	for _, v := range verdicts {
 		if v.Running {
 			continue

@@ -74,7 +74,11 @@
 // and the audit shows it as positive drift until Deployment.Settle reads the
 // outcome from the log once the insert's backend is gone. The next request
 // on any node settles first, so the first request after an outage repairs
-// the counters.
+// the counters. A release or expiry whose statement (or whose session's
+// COMMIT) fails the same way is in doubt too: the rows it moves carry a
+// random attempt number, and once its backend is gone Settle gives back the
+// units of the rows that carry it, to their nodes unless those restarted
+// since (TestReleaseInDoubtSettles; the soak found the units lost before).
 //
 // Phantom sold-out (TestStrandedShare, TestSessionPhantomSoldOut). A node
 // whose share is gone says SOLD_OUT while another node still has units. An
@@ -163,7 +167,7 @@ const (
 	// harness charges what the audit finds after a restart to
 	// SurvivesRestart.
 	baseClaims = strategy.NoOversell | strategy.Conserves | strategy.IdempotentKey | strategy.OneActivePerUser |
-		strategy.ReturnOnce | strategy.NoWait
+		strategy.ReturnOnce | strategy.NoWait | strategy.LeastPrivilege
 
 	// ConfigClaims are the claims of memquota (FromConfig): not
 	// SurvivesRestart, because a restart from the configured share sells the
@@ -194,6 +198,7 @@ func New(opts Options) strategy.Meta {
 	}
 	m.Open = pgstrategy.Bind(Open, opts)
 	m.Attach = pgstrategy.Bind(attach, opts)
+	m.Setup = schema.Setup
 	return m
 }
 

@@ -361,12 +361,12 @@ WHERE request_key = $1 AND status = 'HELD' AND sku = ANY($2)`
 	confirmBeforeExpirySQL = confirmSQL + ` AND expires_at >= now()`
 
 	releaseSQL = `
-UPDATE memquota_sale SET status = 'RELEASED', updated_at = now()
+UPDATE memquota_sale SET status = 'RELEASED', updated_at = now(), moved_attempt = $3
 WHERE request_key = $1 AND status = 'HELD' AND sku = ANY($2)
 RETURNING node, sku`
 
 	expireSQL = `
-UPDATE memquota_sale SET status = 'EXPIRED', updated_at = now()
+UPDATE memquota_sale SET status = 'EXPIRED', updated_at = now(), moved_attempt = $2
 WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
 RETURNING node, sku`
 )
@@ -429,21 +429,34 @@ func moveRows(ctx context.Context, q pgstrategy.Querier, stmt string, args ...an
 }
 
 // transition runs a statement that moves rows out of HELD and returns their
-// (node, sku), and gives one unit back per returned row. Between the commit
-// and the give-back the unit is in neither place: a process dying there loses
-// it (undersell) until a FromLog restart counts the log again. giveBack is
-// always true but in this package's tests, which make a transition die at
-// that point (export_test.go).
+// (node, sku), and gives one unit back per returned row. The statement takes
+// one more argument, last: a random attempt number it writes to the rows it
+// moves. Between the commit and the give-back the unit is in neither place:
+// a process dying there loses it (undersell) until a FromLog restart counts
+// the log again. A statement that fails without telling whether it
+// committed (the connection broke after it was sent) leaves its rows in
+// doubt: once its backend is gone, Settle reads from the log which rows
+// carry the attempt and gives their units back. giveBack is always true but
+// in this package's tests, which make a transition die after its commit
+// (export_test.go).
 func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args ...any) (int, error) {
 	n.d.life.RLock()
 	defer n.d.life.RUnlock()
 	if err := n.Check(); err != nil {
 		return 0, err
 	}
-	moved, err := moveRows(ctx, n.d.db, stmt, args...)
+	n.d.settleSome(ctx)
+	conn, err := n.d.db.Acquire(ctx)
 	if err != nil {
-		// The statement may have committed: the units stay out of memory
-		// (lost, not doubled) and the caller learns nothing was counted.
+		return 0, err
+	}
+	defer conn.Release()
+	attempt := rand.Int64()
+	moved, err := moveRows(ctx, conn, stmt, append(args, attempt)...)
+	if err != nil {
+		if !wroteNothing(err) {
+			n.d.addMove(attempt, conn.Conn().PgConn().PID())
+		}
 		return 0, err
 	}
 	if !giveBack {

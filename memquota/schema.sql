@@ -35,6 +35,9 @@ CREATE TABLE IF NOT EXISTS memquota_sale (
     -- A random number per insert: tells a node whose insert ended in doubt
     -- (the connection broke) whether the row is its own.
     attempt     bigint      NOT NULL DEFAULT 0,
+    -- A random number per release or expiry that moved the row out of
+    -- HELD: tells a node whose transition ended in doubt which rows it moved.
+    moved_attempt bigint,
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now()
 );

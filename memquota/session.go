@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,6 +35,7 @@ type session struct {
 	// the Tx's mutex.
 	taken    []doubt // the units this attempt took from n's counters, with their rows
 	returned []owned // units its expiry job moved out of HELD, given back on commit
+	moved    int64   // the attempt number its expiry job writes to the rows it moves
 }
 
 // OpenSession starts an attempt held open on a dedicated connection from the
@@ -93,7 +95,10 @@ func (s *session) ExpireDue(ctx context.Context) (int, error) {
 		if err := s.n.Check(); err != nil {
 			return 0, err
 		}
-		moved, err := moveRows(ctx, tx, expireSQL, s.n.d.skus)
+		if s.moved == 0 {
+			s.moved = rand.Int64()
+		}
+		moved, err := moveRows(ctx, tx, expireSQL, s.n.d.skus, s.moved)
 		if err != nil {
 			return 0, fmt.Errorf("memquota: expire: %w", err)
 		}
@@ -123,6 +128,10 @@ func (s *session) aroundCommit(ctx context.Context, commit func(context.Context)
 	case err != nil: // the commit may have happened: Settle will tell
 		for _, t := range s.taken {
 			s.n.addDoubt(t)
+		}
+		if len(s.returned) > 0 {
+			s.n.d.addMove(s.moved, s.Backends()[0])
+			s.returned = nil
 		}
 		return err
 	}

@@ -38,7 +38,7 @@ type Database struct {
 // what strategies need in it.
 func (s *Server) CreateDatabase(ctx context.Context, prefix string) (*Database, error) {
 	name := prefix + "_" + randomSuffix()
-	admin, err := pgx.Connect(ctx, s.adminDSN)
+	admin, err := pgx.Connect(ctx, s.admin())
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: connect admin: %w", err)
 	}
@@ -124,7 +124,7 @@ func grantApp(ctx context.Context, adminDSN, database, role string) error {
 
 // DropDatabase drops a database, disconnecting whoever is still in it.
 func (s *Server) DropDatabase(ctx context.Context, name string) error {
-	admin, err := pgx.Connect(ctx, s.adminDSN)
+	admin, err := pgx.Connect(ctx, s.admin())
 	if err != nil {
 		return fmt.Errorf("pgtest: connect admin: %w", err)
 	}

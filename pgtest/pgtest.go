@@ -133,7 +133,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.adminDSN)
+	conn, err := pgx.Connect(ctx, s.admin())
 	if err != nil {
 		return err
 	}
@@ -144,9 +144,9 @@ func (s *Server) probe(ctx context.Context) error {
 // Stop stops a server pgtest started and removes its files. For a DSN server
 // it does nothing.
 func (s *Server) Stop() error {
-	switch {
-	case s.local != nil:
-		return s.local.stop()
+	switch local := s.cluster(); {
+	case local != nil:
+		return local.stop()
 	case s.docker != nil:
 		s.docker.stop()
 	}
@@ -155,24 +155,45 @@ func (s *Server) Stop() error {
 
 // AdminDSN is the DSN of the superuser (or the DSN the user gave) for a
 // database on this server.
-func (s *Server) AdminDSN(database string) string { return withDatabase(s.adminDSN, database) }
+func (s *Server) AdminDSN(database string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return withDatabase(s.adminDSN, database)
+}
+
+// admin is the admin DSN as it is now (a promoted standby's after a failover).
+func (s *Server) admin() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.adminDSN
+}
+
+// cluster is the local cluster the server is now (a promoted standby after
+// a failover), or nil.
+func (s *Server) cluster() *localCluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local
+}
 
 // Crash stops the server the way a power cut would stop the process:
 // `pg_ctl stop -m immediate`, no checkpoint; the next start runs crash
 // recovery from WAL. Only for local clusters.
 func (s *Server) Crash(ctx context.Context) error {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return fmt.Errorf("%w: crash needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
 	}
-	return s.local.pgctl(ctx, "stop", "-m", "immediate", "-w")
+	return local.pgctl(ctx, "stop", "-m", "immediate", "-w")
 }
 
 // Restart starts a crashed or stopped local cluster again on the same data.
 func (s *Server) Restart(ctx context.Context) error {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return fmt.Errorf("%w: restart needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
 	}
-	if err := s.local.start(ctx); err != nil {
+	if err := local.start(ctx); err != nil {
 		return err
 	}
 	return s.probe(ctx)
@@ -180,34 +201,38 @@ func (s *Server) Restart(ctx context.Context) error {
 
 // DataDir is the data directory of a local cluster, or "".
 func (s *Server) DataDir() string {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return ""
 	}
-	return s.local.dataDir()
+	return local.dataDir()
 }
 
 // Dir is the temp dir holding a local cluster (data, socket, logs), or "".
 func (s *Server) Dir() string {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return ""
 	}
-	return s.local.dir
+	return local.dir
 }
 
 // BinDir is where the local cluster's binaries are (pgbench is usually there too), or "".
 func (s *Server) BinDir() string {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return ""
 	}
-	return s.local.bin
+	return local.bin
 }
 
 // PID is the postmaster's process id of a local cluster, or 0.
 func (s *Server) PID() int {
-	if s.local == nil {
+	local := s.cluster()
+	if local == nil {
 		return 0
 	}
-	return s.local.postmasterPID()
+	return local.postmasterPID()
 }
 
 // shared is the server of this test process, started on first use.

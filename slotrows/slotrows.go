@@ -80,9 +80,10 @@ func New(opts Options) strategy.Meta {
 		Description: "one row per unit, claimed with FOR UPDATE SKIP LOCKED",
 		Correctness: "each slot row has at most one holder; unique indexes on key and (sku, user)",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
-			strategy.ReturnOnce | strategy.Conserves | strategy.NoWait | strategy.SurvivesRestart,
+			strategy.ReturnOnce | strategy.Conserves | strategy.NoWait | strategy.SurvivesRestart | strategy.LeastPrivilege,
 		Open:   pgstrategy.Bind(Open, opts),
 		Attach: pgstrategy.Bind(attach, opts),
+		Setup:  schema.Setup,
 	}
 }
 
@@ -98,6 +99,14 @@ var schema = pgstrategy.Schema{
 	Last:    "slotrows_slot_free",
 	LockKey: 0x736c6f74726f7773,
 	Totals:  `SELECT sku, total FROM slotrows_sku WHERE sku = ANY($1)`,
+	// Least privilege: a SKU row is written once; slots and reservations
+	// are claimed and moved, never deleted (a claim locks its slot FOR
+	// UPDATE, which needs UPDATE).
+	Grants: []pgstrategy.Grant{
+		{Table: "slotrows_sku", Privileges: "SELECT, INSERT"},
+		{Table: "slotrows_reservation", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "slotrows_slot", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // The SQL that loads the stock.

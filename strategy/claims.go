@@ -41,6 +41,19 @@ const (
 	// SurvivesRestart: restarting a node loses nothing and oversells nothing
 	// (restart-oversell scenario).
 	SurvivesRestart
+	// LeastPrivilege: the strategy serves as a runtime role that owns
+	// nothing and cannot DROP, ALTER, TRUNCATE or DELETE from its tables, nor
+	// create any; its schema is created by an owner role (Meta.Setup). The
+	// least-privilege scenario checks it (SQLSTATE 42501 for each).
+	LeastPrivilege
+	// SurvivesFailover: an acknowledged reservation survives a failover to
+	// a standby that had fallen behind (asynchronous replication), and the
+	// audit balances on the promoted standby. A strategy that commits on
+	// the primary alone cannot keep it; failover-async shows what it costs
+	// each design instead. With synchronous replication nothing
+	// acknowledged may be lost by any strategy (a contract check of
+	// failover-sync).
+	SurvivesFailover
 )
 
 // ClaimsAll is every claim. A strategy that answers HELD before its commit
@@ -49,7 +62,8 @@ const (
 // fewer. One that answers only after COMMIT succeeds (SERIALIZABLE
 // count-then-insert, examples/outoftree) can keep both, and pays in
 // aborted attempts instead.
-const ClaimsAll = NoOversell | IdempotentKey | OneActivePerUser | ReturnOnce | Conserves | NoPhantomSoldOut | NoWait | SurvivesRestart
+const ClaimsAll = NoOversell | IdempotentKey | OneActivePerUser | ReturnOnce | Conserves | NoPhantomSoldOut | NoWait | SurvivesRestart |
+	LeastPrivilege | SurvivesFailover
 
 var claimNames = map[Claims]string{
 	NoOversell:       "no-oversell",
@@ -60,6 +74,8 @@ var claimNames = map[Claims]string{
 	NoPhantomSoldOut: "no-phantom-sold-out",
 	NoWait:           "no-wait",
 	SurvivesRestart:  "survives-restart",
+	LeastPrivilege:   "least-privilege",
+	SurvivesFailover: "survives-failover",
 }
 
 // Has reports whether every claim in x is in c.

@@ -19,6 +19,7 @@
 //	ReserveCrasher       a request that dies mid-reserve (Deployment; node-death: n/a)
 //	Meta.Attach          a second process over the same stock (kill-release, kill-reserve: n/a)
 //	LockTaker            a lock outside PostgreSQL, LockedSession (lock-fault scenarios: n/a)
+//	Meta.Setup           the schema created by an owner role, served by a runtime role (least-privilege: n/a)
 //
 // A strategy that needs more than PostgreSQL (a Redis server) says so in
 // Meta.Needs, and whoever deploys it provides each [Resource] in

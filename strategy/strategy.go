@@ -393,6 +393,13 @@ type Meta struct {
 	// that need a second process (kill-release, kill-reserve) are not
 	// applicable.
 	Attach func(ctx context.Context, cfg Config) (Deployment, error)
+
+	// Setup, when set, creates the strategy's schema as an owner role and
+	// grants a runtime role only what serving needs (see SetupConfig):
+	// Open and Attach then run as the runtime role, which owns nothing. Nil:
+	// Open creates its tables as the role it serves as, which owns them
+	// (not least-privilege; the least-privilege scenario is n/a).
+	Setup func(ctx context.Context, cfg SetupConfig) error
 }
 
 // TTLForever is a TTL for cases that never expire anything.

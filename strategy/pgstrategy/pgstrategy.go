@@ -13,8 +13,9 @@
 //   - [Schema], the body of Open (the schema created once under an
 //     advisory lock, the stock loaded in the same transaction, with
 //     [AllInserted]) and of Meta.Attach (the stock checked, nothing
-//     written); [Bind], a strategy's typed Open as Meta.Open or
-//     Meta.Attach;
+//     written), and [Schema.Setup], the body of Meta.Setup (the schema
+//     created by the owner role, [Grant]s to the runtime role); [Bind], a
+//     strategy's typed Open as Meta.Open or Meta.Attach;
 //   - [SKUs], a deployment's SKUs and the checks of a request that need no
 //     database; [ScanReservation] and [KnownKey], a looked-up reservation
 //     and the REPLAY or KEY_REUSED answer to its key;

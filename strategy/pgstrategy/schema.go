@@ -25,6 +25,10 @@ type Schema struct {
 	// Totals takes SKUs as $1 (text[]) and returns one (sku, total) row for
 	// each that has stock.
 	Totals string
+	// Grants are the privileges the runtime role needs on each table DDL
+	// creates, for Setup (least privilege); USAGE on the tables' own
+	// sequences is granted with them.
+	Grants []Grant
 }
 
 // Load is the body of a strategy's Open: it validates cfg, then, in one

@@ -141,6 +141,9 @@ type Scenario struct {
 	// boundary column). Empty: only in the per-scenario sections.
 	Summary string `json:"summary,omitempty"`
 
+	// FaultInput holds the fields of the kinds of kinds.go.
+	FaultInput
+
 	// Seed is what the seed reported, by strategy name ("any" for all), shown
 	// next to the measured counts so the seed's rows stay recognisable. It is
 	// never used as an expectation.
@@ -525,7 +528,9 @@ func (in *Scenario) Validate() error {
 			return bad("need read_timeout_ms >= 1")
 		}
 	default:
-		return bad("unknown kind %q", in.Kind)
+		if err := in.validateExtra(); err != nil {
+			return err
+		}
 	}
 	switch in.Summary {
 	case "", "counts", "boundary":

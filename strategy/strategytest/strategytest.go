@@ -75,8 +75,8 @@ func (o Options) wants(name string) bool {
 }
 
 // Run runs the kit as subtests of t: the config and session checks, then
-// every scenario. The scenarios that crash or reconfigure the server
-// (server-crash, commit-timeout) run on a throwaway cluster the kit starts
+// every scenario. The scenarios that crash, fail over or reconfigure the
+// server (server-crash, commit-timeout, failover-*) run on a throwaway cluster the kit starts
 // for them when local PostgreSQL binaries are found (pgtest.Start); against
 // a server named by pgtest.EnvDSN they are skipped. The test binary's
 // TestMain must call Main, so the kill scenarios' helper processes work.
@@ -93,6 +93,7 @@ func Run(t *testing.T, meta strategy.Meta, newDB NewDB) {
 func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	t.Helper()
 	db, admin := newDB(t)
+	db, lp := leastPrivilegeFor(t, meta, db, admin)
 	res := resourcetest.New(t, meta) // what the strategy needs besides PostgreSQL
 	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db, res.Addrs()) })
 	t.Run("session", func(t *testing.T) { checkSession(t, meta, db, res.Addrs()) })
@@ -110,7 +111,7 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 			// Under the race detector every goroutine costs several times
 			// more; the kit then runs the -short sizes (its checks are the
 			// same), and the full sizes run in compare's table.
-			env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: testing.Short() || raceDetector, Logf: t.Logf}
+			env := Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: testing.Short() || raceDetector, Logf: t.Logf, lp: lp}
 			if in.ExclusiveServer {
 				if own == nil {
 					own = startOwnServer(parent)
@@ -161,7 +162,8 @@ func (o *ownServer) env(t *testing.T, env Env) Env {
 		return env
 	}
 	d := pgtest.NewDatabaseOn(t, o.srv)
-	env.DB, env.Admin, env.Server = d.Pool(t, 32), d.AdminPool(t, 4), o.srv
+	env.DB, env.Admin, env.Server, env.lp = d.Pool(t, 32), d.AdminPool(t, 4), o.srv, nil
+	t.Cleanup(func() { ForgetPools(env.DB) })
 	return env
 }
 

@@ -61,6 +61,21 @@ const (
 	// confirmIgnoresExpiry: ConfirmBeforeExpiry does not look at
 	// expires_at.
 	confirmIgnoresExpiry
+	// grantsAll: Meta.Setup creates the schema as the owner role, then
+	// grants the runtime role ALL on its tables (TRUNCATE and DELETE among
+	// them) instead of what serving uses (setup.go).
+	grantsAll
+	// errorIsSoldOut: a Reserve whose transaction fails with an error (a
+	// connection lost at COMMIT among them) answers SOLD_OUT, as if a
+	// failure surely sold nothing.
+	errorIsSoldOut
+	// replayIsHeld: a known key of the same user and SKU is answered HELD
+	// again instead of REPLAY.
+	replayIsHeld
+	// asyncCommit: every reservation commits with synchronous_commit =
+	// off: COMMIT returns before its WAL is flushed, and waits for no
+	// standby.
+	asyncCommit
 )
 
 //go:embed schema.sql
@@ -78,6 +93,7 @@ func meta(s spec) strategy.Meta {
 		Attach: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
 			return attach(ctx, s, cfg)
 		},
+		Setup: setupOf(s),
 	}
 }
 
@@ -107,29 +123,8 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 	}
 	tb := tablesOf(s.name)
 	err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
+		if err := createSchema(ctx, tx, s, tb); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, strings.ReplaceAll(schemaSQL, "ctl_", tb.prefix+"_")); err != nil {
-			return err
-		}
-		// The constraints strategy A has, less the one this control drops.
-		if s.b != unconditionalDecrement {
-			if _, err := tx.Exec(ctx, tb.q(`DO $$ BEGIN
-				ALTER TABLE {stock} ADD CONSTRAINT {stock}_range CHECK (available >= 0 AND available <= total);
-			EXCEPTION WHEN duplicate_object THEN NULL; END $$`)); err != nil {
-				return err
-			}
-		}
-		if s.b != keyNotUnique {
-			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_key ON {reservation} (request_key)`)); err != nil {
-				return err
-			}
-		}
-		if s.b != checkThenInsert {
-			if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX IF NOT EXISTS {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`)); err != nil {
-				return err
-			}
 		}
 		for _, st := range cfg.Stock {
 			tag, err := tx.Exec(ctx, tb.q(`INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`), st.SKU, st.Total)
@@ -309,16 +304,27 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 	var res strategy.Result
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
+		if n.c.breaks == asyncCommit {
+			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
 	})
+	if err != nil && n.c.breaks == errorIsSoldOut {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
 	return res, err
 }
 
-func knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
+func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
 	if existing.User != req.User || existing.SKU != req.SKU {
 		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
+	}
+	if c.breaks == replayIsHeld {
+		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: existing}
 	}
 	return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: existing}
 }
@@ -342,7 +348,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 			return strategy.Result{}, err
 		}
 		if existing.Status != strategy.StatusNotFound {
-			return knownKey(req, existing), nil
+			return c.knownKey(req, existing), nil
 		}
 	}
 	sp, err := tx.Begin(ctx)
@@ -372,7 +378,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		case existing.Status == strategy.StatusNotFound:
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 		}
-		return knownKey(req, existing), nil
+		return c.knownKey(req, existing), nil
 	case err != nil:
 		return strategy.Result{}, err
 	}

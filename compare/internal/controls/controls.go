@@ -1,7 +1,9 @@
 // Package controls holds the negative controls of table 28-1: copies of
 // strategy A (hotrow) with one deliberate mistake each, claiming the
-// guarantee the mistake breaks, and redislock without its conditional
-// UPDATE (ctl-lock-only). The harness must catch each with the claim
+// guarantee the mistake breaks, redislock without its conditional UPDATE
+// (ctl-lock-only), and (memquota.go) strategy C claiming what its in-memory
+// counters cannot keep across a node process's restart. The harness must
+// catch each with the claim
 // and scenario listed; package compare runs them next to the registered
 // strategies and fails when one escapes. They are never registered with
 // strategy.Register, so they never appear among the strategies; helper
@@ -142,6 +144,21 @@ var specs = []spec{
 	{name: "ctl-restart-from-config", cs: "C28-15", b: restartFromConfig, claims: claimsOfA,
 		breaks: "a restart sets available = total again, as a restart from config would",
 		expect: expect("restart", strategy.SurvivesRestart)},
+	{name: "ctl-grants-all", cs: "seed 004", b: grantsAll, claims: claimsOfA | strategy.LeastPrivilege,
+		breaks: "Meta.Setup grants the runtime role ALL on its tables, TRUNCATE and DELETE among them",
+		expect: expect("least-privilege", strategy.LeastPrivilege)},
+	{name: "ctl-error-is-sold-out", cs: "new", b: errorIsSoldOut, claims: claimsOfA,
+		breaks: "a reservation whose transaction fails with an error, a connection lost at COMMIT among them, is answered SOLD_OUT",
+		expect: expect("partition", contract)},
+	{name: "ctl-async-commit", cs: "new", b: asyncCommit, claims: claimsOfA,
+		breaks: "reservations commit with synchronous_commit = off: acknowledged before the standby has them",
+		expect: expect("failover-sync", contract)},
+	{name: "ctl-claims-failover", cs: "new", b: correct, claims: claimsOfA | strategy.SurvivesFailover,
+		breaks: "strategy A unchanged, but claiming survives-failover: it commits on the primary alone",
+		expect: expect("failover-async", strategy.SurvivesFailover)},
+	{name: "ctl-replay-is-held", cs: "C28-04", b: replayIsHeld, claims: claimsOfA,
+		breaks: "a known key of the same user and SKU is answered HELD again, not REPLAY",
+		expect: expect("partition", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the
@@ -151,7 +168,8 @@ func All() []Control {
 	for i, s := range specs {
 		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race, Admission: s.admission}
 	}
-	return append(out, lockOnly())
+	out = append(out, lockOnly())
+	return append(out, memquotaControls()...)
 }
 
 // The controls run in helper processes too (the kill scenarios), which find

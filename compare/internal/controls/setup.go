@@ -1,0 +1,84 @@
+package controls
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// createSchema creates a control's tables in tx, under the control's
+// advisory lock, unless they exist: the DDL of strategy A less the one
+// constraint the control's mistake removes. Open runs it as the role it
+// serves as; a control with Meta.Setup (grantsAll) has it run as the owner
+// role first, and Open then finds the tables there and writes no DDL, which
+// the runtime role could not.
+func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
+		return err
+	}
+	var present bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tb.reservation).Scan(&present); err != nil {
+		return err
+	}
+	if present {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(schemaSQL, "ctl_", tb.prefix+"_")); err != nil {
+		return err
+	}
+	if s.b != unconditionalDecrement {
+		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {stock} ADD CONSTRAINT {stock}_range CHECK (available >= 0 AND available <= total)`)); err != nil {
+			return err
+		}
+	}
+	if s.b != keyNotUnique {
+		if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX {reservation}_key ON {reservation} (request_key)`)); err != nil {
+			return err
+		}
+	}
+	if s.b != checkThenInsert {
+		if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupOf is the control's Meta.Setup: nil (Open creates its tables as the
+// role it serves as) except for grantsAll, whose Setup creates them as the
+// owner and then grants the runtime role ALL on them, where strategy A
+// grants SELECT, INSERT and UPDATE.
+func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
+	if s.b != grantsAll {
+		return nil
+	}
+	return func(ctx context.Context, cfg strategy.SetupConfig) error {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		tb := tablesOf(s.name)
+		role := pgx.Identifier{cfg.Runtime}.Sanitize()
+		err := pgx.BeginFunc(ctx, cfg.Owner, func(tx pgx.Tx) error {
+			if err := createSchema(ctx, tx, s, tb); err != nil {
+				return err
+			}
+			for _, stmt := range []string{
+				tb.q("GRANT ALL ON TABLE {stock}, {reservation} TO ") + role,
+				"GRANT ALL ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role,
+			} {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", stmt, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: setup: %w", s.name, err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,355 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/pgtest/pgproxy"
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
+)
+
+// KindPartition: a node reaches PostgreSQL through a TCP proxy that cuts
+// connections mid-statement and mid-COMMIT, or goes dark for all of them.
+const KindPartition = "partition"
+
+// The faults of a partition scenario, cycled through by trial: a point and
+// an action of pgproxy, or "dark".
+var partitionFaults = map[string]pgproxy.Fault{
+	"statement-drop":      {Point: pgproxy.Write, Action: pgproxy.Drop},
+	"commit-drop":         {Point: pgproxy.Commit, Action: pgproxy.Drop},
+	"statement-blackhole": {Point: pgproxy.Write, Action: pgproxy.Blackhole},
+	"commit-blackhole":    {Point: pgproxy.Commit, Action: pgproxy.Blackhole},
+	"dark":                {},
+}
+
+func init() {
+	registerKind(KindPartition, kindSpec{
+		run:      runPartition,
+		req:      requirement{caps: strategy.Capabilities{Attach: true}},
+		required: []string{"requests", "workers", "faults", "hits"},
+		validate: func(in *Scenario) error {
+			if in.Requests < 1 || in.Workers < 1 || in.Hits < 1 || len(in.Faults) == 0 {
+				return errors.New("need requests, workers, hits >= 1 and faults")
+			}
+			for _, f := range in.Faults {
+				if _, ok := partitionFaults[f]; !ok {
+					return fmt.Errorf("fault %q: want one of statement-drop, commit-drop, statement-blackhole, commit-blackhole, dark", f)
+				}
+			}
+			if in.Requests+2*in.Hits > in.Stock[0].Total || len(in.Stock) != 1 {
+				return errors.New("need one SKU with stock for every request, the hits' retries included")
+			}
+			return nil
+		},
+	})
+}
+
+// darkDeadline bounds a request sent while the proxy is dark: it cannot
+// get through, and pgx gives up this long after asking.
+const darkDeadline = 200 * time.Millisecond
+
+// runPartition puts a proxy (pgtest/pgproxy) between the strategy and
+// PostgreSQL: the trial's deployment is replaced by one attached through
+// it (Meta.Attach, as a node process that reaches the database over the
+// network), and the harness's own probes go direct. Then, by the trial's
+// fault:
+//
+//   - statement-* and commit-*: requests run from the workers while the
+//     proxy cuts the first `hits` connections once their first write, or
+//     their COMMIT, was executed by the server; the answer never reaches
+//     the client. drop resets the connection; blackhole leaves it open and
+//     silent while the harness reads the server side of it from
+//     pg_stat_activity, then resets it. A strategy that sends no such
+//     statement (no COMMIT: its writes are autocommit) is never hit.
+//   - dark: after half the requests, the proxy goes dark for every
+//     connection, old and new, while `hits` requests are sent with a
+//     deadline; then it heals, and the time until the pool serves again is
+//     measured.
+//
+// Every request on a cut connection must end unknown, never with a definite
+// answer; once the server has ended its backend, the request is sent again
+// with the same key (the contract says that is safe): REPLAY when the first
+// attempt committed, HELD when it did not. The trial's history and audit
+// are then checked as every trial's are: nothing lost, doubled or drifting.
+func runPartition(ctx context.Context, t *trial) error {
+	mode := t.in.Faults[(t.n-1)%len(t.in.Faults)]
+	fault := partitionFaults[mode]
+	fault.Hits = t.in.Hits
+	p, _, err := t.behindProxy(ctx)
+	if err != nil {
+		return err
+	}
+	label := "fault " + mode
+	var hits []pgproxy.Hit
+	var cut, failedAfter []Op // the requests of the cut connections; those that failed once it healed
+	if mode == "dark" {
+		cut, failedAfter, err = t.partitionDark(ctx, p, label)
+	} else {
+		hits, err = t.partitionCut(ctx, p, fault, label)
+		for _, op := range t.hist.Ops() {
+			if op.Kind == "reserve" && op.Type != OpOK && op.Err != "" {
+				cut = append(cut, op)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	want := len(hits)
+	if mode == "dark" {
+		want = t.in.Hits
+	}
+	info := 0
+	for _, op := range cut {
+		if op.Type == OpInfo {
+			info++
+		}
+	}
+	t.check(Base, "a request whose connection was cut ends unknown, never with a definite answer", info == want && len(cut) == want,
+		fmt.Sprintf("%d requests were cut, %d ended unknown, %d ended with an error", want, info, len(cut)))
+	if err := t.resolveByRetry(ctx, label, cut, hits); err != nil {
+		return err
+	}
+	return t.resolveByRetry(ctx, "", failedAfter, nil)
+}
+
+// behindProxy starts a proxy in front of Env.DB's server and replaces the
+// trial's deployment by one attached through it, over the returned pool.
+// Both are stopped after the trial's final checks.
+func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, error) {
+	cc := t.env.DB.Config().ConnConfig
+	p, err := pgproxy.Start(cc.Host, cc.Port)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := t.env.DB.Config().Copy()
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Addr()
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.RuntimeParams["application_name"] = t.proxyApp()
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		_ = p.Close()
+		return nil, nil, fmt.Errorf("pool through the proxy: %w", err)
+	}
+	// The proxy goes first: its connections reset, the pool closes at once
+	// (it says goodbye on each connection, and would wait for an answer
+	// through a proxy still open).
+	t.onCleanup(func() {
+		_ = p.Close()
+		pool.Close()
+	})
+	if err := t.dep.Close(); err != nil {
+		return nil, nil, fmt.Errorf("close the direct deployment: %w", err)
+	}
+	acfg := t.cfg
+	acfg.DB = pool
+	dep, err := t.env.Meta.Attach(ctx, acfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach through the proxy: %w", err)
+	}
+	t.dep = dep
+	return p, pool, nil
+}
+
+// partitionCut runs the load while the armed fault cuts connections, and
+// returns the hits.
+func (t *trial) partitionCut(ctx context.Context, p *pgproxy.Proxy, fault pgproxy.Fault, label string) ([]pgproxy.Hit, error) {
+	p.Arm(fault)
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		t.load(ctx, t.in.Requests, "load", 0, nil, nil, nil)
+	}()
+	var hits []pgproxy.Hit
+	states := map[string]int{}
+	var stateErr error
+	for done := false; !done; {
+		select {
+		case h := <-p.Hits():
+			hits = append(hits, h)
+			if fault.Action == pgproxy.Blackhole {
+				// The connection is silent: its client waits, the server
+				// side holds whatever the statement left it holding.
+				var state string
+				if err := t.env.Admin.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, h.Backend).Scan(&state); err != nil && stateErr == nil {
+					stateErr = fmt.Errorf("state of backend %d: %w", h.Backend, err)
+				}
+				states[state]++
+				p.Reset(h.Backend)
+			}
+		case <-loadDone:
+			done = true
+		}
+	}
+	for len(p.Hits()) > 0 {
+		hits = append(hits, <-p.Hits())
+	}
+	if stateErr != nil {
+		return nil, stateErr
+	}
+	if len(hits) == 0 {
+		t.fact(label, "never reached: the strategy sent no %s (its writes commit on their own)", fault.Point)
+		return nil, nil
+	}
+	sqls := map[string]bool{}
+	for _, h := range hits {
+		sqls[firstWord(h.SQL)] = true
+	}
+	t.fact(label, "%d connections cut once the server had executed their %s (%s)", len(hits), fault.Point, strings.Join(sortedSet(sqls), ", "))
+	if fault.Action == pgproxy.Blackhole {
+		var parts []string
+		for _, s := range sortedSet(boolSet(states)) {
+			parts = append(parts, fmt.Sprintf("%s %d", s, states[s]))
+		}
+		t.fact(label+": the server side while silent", "%s", strings.Join(parts, ", "))
+	}
+	return hits, nil
+}
+
+// partitionDark sends half the requests, darkens the proxy while `hits`
+// requests are sent, heals it and measures the pool's recovery; then the
+// other half.
+func (t *trial) partitionDark(ctx context.Context, p *pgproxy.Proxy, label string) (dark, failedAfter []Op, err error) {
+	half := t.in.Requests / 2
+	t.load(ctx, half, "before", 0, nil, nil, nil)
+	p.Dark()
+	sku := t.sku(t.in.Stock[0].SKU)
+	ops := make([]Op, t.in.Hits)
+	Together(t.in.Hits, func(i int) {
+		rctx, cancel := context.WithTimeout(ctx, darkDeadline)
+		defer cancel()
+		ops[i] = t.reserve(rctx, fmt.Sprintf("dark%d", i), i, strategy.Request{
+			Key: t.key(fmt.Sprintf("dark-%02d", i)), User: t.user(fmt.Sprintf("user-dark-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+	})
+	healed := time.Now()
+	p.Heal()
+	failed := 0
+	var recovery time.Duration
+	for i := 0; ; i++ {
+		op := t.reserve(ctx, "recover", i, strategy.Request{
+			Key: t.key(fmt.Sprintf("recover-%02d", i)), User: t.user(fmt.Sprintf("user-recover-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+		if op.Type == OpOK {
+			recovery = time.Since(healed)
+			break
+		}
+		failed++
+		if i >= 20 {
+			return nil, nil, fmt.Errorf("the pool did not serve again within 20 requests after the partition healed")
+		}
+	}
+	for _, op := range t.hist.Ops() {
+		if op.Process == "recover" && op.Type != OpOK {
+			failedAfter = append(failedAfter, op)
+		}
+	}
+	t.vary("requests that failed after the partition healed, before the pool served again", failed)
+	t.vary("pool recovery after the partition healed (ms)", int(recovery.Milliseconds()))
+	t.fact(label, "%d requests sent while every connection was silent (deadline %v)", t.in.Hits, darkDeadline)
+	t.load(ctx, t.in.Requests-half, "after", 0, nil, nil, nil)
+	return ops, failedAfter, nil
+}
+
+// resolveByRetry waits until the server has ended the backends of the
+// cut connections, reads what became of each request that ended unknown,
+// and sends it again with the same key: REPLAY when it had committed, HELD
+// when it had not. With a label it reports the counts as facts; without,
+// as varying counts (the requests that failed while the pool recovered:
+// how many depends on the pool's timing).
+func (t *trial) resolveByRetry(ctx context.Context, label string, ops []Op, hits []pgproxy.Hit) error {
+	pids := make([]int32, len(hits))
+	for i, h := range hits {
+		pids[i] = int32(h.Backend)
+	}
+	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends of the cut connections",
+		`SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids); err != nil {
+		return err
+	}
+	var unknown []Op
+	for _, op := range ops {
+		if op.Type == OpInfo {
+			unknown = append(unknown, op)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	keys := make([]string, len(unknown))
+	for i, op := range unknown {
+		keys[i] = op.Req.Key
+	}
+	durable, err := t.lookupAll(ctx, keys)
+	if err != nil {
+		return err
+	}
+	committed := 0
+	answers := map[string]int{}
+	var wrong []string
+	for i, op := range unknown {
+		was := durable[op.Req.Key].Status != strategy.StatusNotFound
+		if was {
+			committed++
+		}
+		again := t.reserve(ctx, fmt.Sprintf("retry%d", i), op.Node, op.Req)
+		answers[string(again.Outcome)]++
+		want := strategy.OutcomeHeld
+		if was {
+			want = strategy.OutcomeReplay
+		}
+		if again.Outcome != want {
+			wrong = append(wrong, fmt.Sprintf("%s: %s %s, want %s", t.plain(op.Req.Key), again.Outcome, again.Err, want))
+		}
+	}
+	var parts []string
+	for _, o := range strategy.Outcomes {
+		if answers[string(o)] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", o, answers[string(o)]))
+		}
+	}
+	if label != "" {
+		t.fact(label+": unknown outcomes resolved", "committed %d, absent %d", committed, len(unknown)-committed)
+		t.fact(label+": sent again with the same key", "%s", strings.Join(parts, ", "))
+	} else {
+		t.vary("failed while the pool recovered, resolved committed", committed)
+		t.vary("failed while the pool recovered, resolved absent", len(unknown)-committed)
+	}
+	t.check(Base, "a request sent again after an unknown outcome is REPLAY if the first committed, HELD if not", len(wrong) == 0,
+		sample(wrong), keys...)
+	return nil
+}
+
+// proxyApp is the application_name of the connections through the
+// trial's proxy.
+func (t *trial) proxyApp() string { return "rb-proxy" + t.suffix }
+
+func firstWord(sql string) string {
+	f := strings.Fields(sql)
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.ToUpper(f[0])
+}
+
+func boolSet(m map[string]int) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
