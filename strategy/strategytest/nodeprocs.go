@@ -32,6 +32,9 @@ type nodeArgs struct {
 	Stock    []strategy.Stock `json:"stock"`
 	Nodes    int              `json:"nodes"`
 	Node     int              `json:"node"`
+	// Resources are the addresses of what the strategy needs besides
+	// PostgreSQL (its Redis), as the trial's deployment has them.
+	Resources map[strategy.Resource]string `json:"resources,omitempty"`
 }
 
 // nodeResult is a Reserve answer over the pipe.
@@ -52,7 +55,7 @@ func nodeHelper() int {
 		if err != nil {
 			return nil, err
 		}
-		dep, err := meta.Attach(ctx, strategy.Config{DB: pool, Stock: a.Stock, Nodes: a.Nodes})
+		dep, err := meta.Attach(ctx, strategy.Config{DB: pool, Stock: a.Stock, Nodes: a.Nodes, Resources: a.Resources})
 		if err != nil {
 			return nil, fmt.Errorf("attach: %w", err)
 		}
@@ -173,7 +176,7 @@ func (np *nodeProcs) start(ctx context.Context, i int) error {
 	}
 	p, err := nodeproc.Start(ctx, nodeHelperName, nodeArgs{
 		Strategy: np.t.env.Meta.Name, DSN: dsn,
-		Stock: np.t.cfg.Stock, Nodes: np.t.cfg.NodeCount(), Node: i,
+		Stock: np.t.cfg.Stock, Nodes: np.t.cfg.NodeCount(), Node: i, Resources: np.t.cfg.Resources,
 	})
 	if err != nil {
 		return fmt.Errorf("start node %d's process: %w", i, err)
