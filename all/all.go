@@ -9,5 +9,6 @@ import (
 	_ "github.com/reservebench/reservebench/advisorylock"
 	_ "github.com/reservebench/reservebench/hotrow"
 	_ "github.com/reservebench/reservebench/memquota"
+	_ "github.com/reservebench/reservebench/onetrip"
 	_ "github.com/reservebench/reservebench/slotrows"
 )

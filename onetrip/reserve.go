@@ -1,0 +1,189 @@
+package onetrip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// The reservation. Node.Reserve sends sqlTakeAndInsert alone, in
+// autocommit: one round trip, and the row lock it takes is held only until
+// the implicit COMMIT at the end of that same statement, never across a
+// trip to the client. Only when it did not answer HELD does a second
+// statement (sqlWhyNot) find the answer.
+const (
+	// sqlTakeAndInsert locks the hot row if it has a unit, inserts the
+	// reservation, and decrements the row only for a row the insert wrote,
+	// all in one statement:
+	//
+	//   - stock locks the SKU's row FOR NO KEY UPDATE (the lock an UPDATE
+	//     takes) only when available > 0. Under READ COMMITTED a row locked
+	//     by a decrement in flight is waited for, and available > 0 is
+	//     evaluated again on its newest version (docs 13.2.1, SELECT FOR
+	//     UPDATE), as hotrow's UPDATE does; a row with no unit in the
+	//     snapshot is not locked at all, so refusals on a sold-out SKU do
+	//     not queue on it.
+	//   - ins inserts the reservation only when stock returned the row. ON
+	//     CONFLICT DO NOTHING without a target makes both unique indexes
+	//     arbiters: a known key, or a user who already holds an active
+	//     reservation of the SKU, inserts nothing, and a key or (sku, user)
+	//     inserted by a transaction in flight is waited for first. No
+	//     error on any path: pgx drops a statement from its cache after any
+	//     error, and the next request would pay a DEALLOCATE and a new
+	//     Prepare.
+	//   - take decrements the row for the inserted reservation only; the row
+	//     is already locked by this statement, so available > 0 still holds.
+	//
+	// unit_left false: no unit was left (SOLD_OUT unless sqlWhyNot finds
+	// another answer). expires_at NULL with unit_left: a unique index said
+	// no, and sqlWhyNot says which. expires_at uses now(), the statement's
+	// transaction start.
+	sqlTakeAndInsert = `
+WITH stock AS (
+    SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0
+    FOR NO KEY UPDATE
+), ins AS (
+    INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at)
+    SELECT $1, $2, stock.sku, 'HELD', now() + $4::bigint * interval '1 microsecond' FROM stock
+    ON CONFLICT DO NOTHING
+    RETURNING sku, expires_at
+), take AS (
+    UPDATE onetrip_stock s SET available = s.available - 1
+    FROM ins WHERE s.sku = ins.sku
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM stock) AS unit_left, (SELECT expires_at FROM ins) AS expires_at`
+
+	// sqlWhyNot answers a request that sqlTakeAndInsert did not hold, in a
+	// new statement, so a new snapshot: the reservation that owns the key
+	// (all NULL when none) and whether the user holds an active
+	// reservation of the SKU. The order of the answers is hotrow's: a known
+	// key first (REPLAY or KEY_REUSED), then the user's limit, then the
+	// stock.
+	sqlWhyNot = `
+SELECT k.user_id, k.sku, k.status, k.expires_at,
+       EXISTS (SELECT 1 FROM onetrip_reservation a
+               WHERE a.sku = $2 AND a.user_id = $3 AND a.status IN ('HELD', 'CONFIRMED'))
+FROM (SELECT 1) AS one
+LEFT JOIN onetrip_reservation k ON k.request_key = $1`
+
+	sqlLookup = `SELECT user_id, sku, status, expires_at FROM onetrip_reservation WHERE request_key = $1`
+)
+
+// errInvisibleConflict: a unique index refused sqlTakeAndInsert's insert,
+// but the row it conflicted with is no longer there when sqlWhyNot looks (a
+// user's reservation released or expired in between). Nothing was written;
+// the request runs again.
+var errInvisibleConflict = errors.New("onetrip: the conflicting reservation was gone when looked up")
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// take runs sqlTakeAndInsert on q: held when it inserted a reservation,
+// else unitLeft says whether a unit was there (a unique index said no).
+func take(ctx context.Context, q querier, req strategy.Request) (r strategy.Reservation, held, unitLeft bool, err error) {
+	r = strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}
+	var expires *time.Time
+	if err := q.QueryRow(ctx, sqlTakeAndInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&unitLeft, &expires); err != nil {
+		return r, false, false, fmt.Errorf("take and insert: %w", err)
+	}
+	if expires == nil {
+		return r, false, unitLeft, nil
+	}
+	r.ExpiresAt = *expires
+	return r, true, true, nil
+}
+
+// whyNot answers a request that take did not hold: soldOut says take found
+// no unit; otherwise it failed on a unique index.
+func whyNot(ctx context.Context, q querier, req strategy.Request, soldOut bool) (strategy.Result, error) {
+	var (
+		user, sku, status *string
+		expires           *time.Time
+		holds             bool
+	)
+	if err := q.QueryRow(ctx, sqlWhyNot, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &holds); err != nil {
+		return strategy.Result{}, fmt.Errorf("look up why not held: %w", err)
+	}
+	switch {
+	case user != nil:
+		r := strategy.Reservation{Key: req.Key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}
+		return pgstrategy.KnownKey(req, r), nil
+	case holds:
+		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+	case soldOut:
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	return strategy.Result{}, errInvisibleConflict
+}
+
+// Reserve sends sqlTakeAndInsert in autocommit: HELD in one round trip.
+// Otherwise sqlWhyNot, a second round trip, finds the answer.
+func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if res, err := n.Admit(n.d.owns, req); err != nil {
+		return res, err
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := n.d.reserveOnce(ctx, req)
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, errInvisibleConflict) || attempt >= n.d.maxRetries {
+			return strategy.Result{}, fmt.Errorf("onetrip: reserve %q: %w", req.Key, err)
+		}
+		n.d.retries.Add(1)
+		if err := pause(ctx, attempt); err != nil {
+			return strategy.Result{}, fmt.Errorf("onetrip: reserve %q: waiting to retry: %w", req.Key, err)
+		}
+	}
+}
+
+func (d *Deployment) reserveOnce(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	r, held, unitLeft, err := take(ctx, d.db, req)
+	switch {
+	case err != nil:
+		return strategy.Result{}, err
+	case held:
+		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
+	}
+	return whyNot(ctx, d.db, req, !unitLeft)
+}
+
+// pause waits a random time in [0, min(20ms, 200µs<<attempt)) before a
+// rerun, so requests that met the same conflict do not meet again in
+// lockstep.
+func pause(ctx context.Context, attempt int) error {
+	limit := 20 * time.Millisecond
+	if step := 200 * time.Microsecond << min(attempt, 16); step < limit {
+		limit = step
+	}
+	t := time.NewTimer(rand.N(limit) + time.Microsecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Lookup reads the committed reservation with this key, whatever its SKU.
+func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	if ok, err := n.CheckKey(key); !ok {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
+	}
+	r, _, err := pgstrategy.ScanReservation(n.d.db.QueryRow(ctx, sqlLookup, key), key)
+	if err != nil {
+		return strategy.Reservation{}, fmt.Errorf("onetrip: lookup %q: %w", key, err)
+	}
+	return r, nil
+}
