@@ -7,6 +7,7 @@ package all
 
 import (
 	_ "github.com/reservebench/reservebench/advisorylock"
+	_ "github.com/reservebench/reservebench/combine"
 	_ "github.com/reservebench/reservebench/hotrow"
 	_ "github.com/reservebench/reservebench/memquota"
 	_ "github.com/reservebench/reservebench/onetrip"
