@@ -50,6 +50,9 @@ type Options struct {
 	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv strategytest.ServerControl, done func(), err error)
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
+	// Cost measures each strategy's cost per successful reservation
+	// (measureCost) before its scenarios.
+	Cost bool
 }
 
 // Report is the outcome of a run.
@@ -74,6 +77,9 @@ type Source struct {
 	Scenarios string
 	// Tradeoffs is the link to the guide on reading the table; empty: none.
 	Tradeoffs string
+	// Performance is the link to the timings (docs/performance.md); empty:
+	// none.
+	Performance string
 	// LastRun names the file with what varies between runs.
 	LastRun string
 }
@@ -81,10 +87,11 @@ type Source struct {
 func (s Source) orDefault() Source {
 	if s == (Source{}) {
 		return Source{
-			Generator: "`go test ./compare` (compare/table_test.go)",
-			Scenarios: "../strategy/strategytest/scenarios",
-			Tradeoffs: "tradeoffs.md",
-			LastRun:   "compare/last-run.json",
+			Generator:   "`go test ./compare` (compare/table_test.go)",
+			Scenarios:   "../strategy/strategytest/scenarios",
+			Tradeoffs:   "tradeoffs.md",
+			Performance: "performance.md",
+			LastRun:     "compare/last-run.json",
 		}
 	}
 	return s
@@ -106,6 +113,8 @@ func (s Source) link(text, file string) string {
 type StrategyReport struct {
 	Meta    strategy.Meta
 	Results []*strategytest.Result // in the order of Report.Scenarios
+	// Cost is what a successful reservation costs, when Options.Cost.
+	Cost *Cost
 }
 
 // ControlReport is a negative control: a deliberately broken strategy that
@@ -150,53 +159,91 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	scenarios := ordered(opts.Scenarios)
 	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
-	par := max(opts.Parallel, 1)
-	sem := make(chan struct{}, par)
+	sem := make(chan struct{}, max(opts.Parallel, 1))
 	var wg sync.WaitGroup
 	for i, meta := range opts.Strategies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			rep.Strategies[i] = runStrategy(ctx, opts, meta, scenarios)
+			rep.Strategies[i] = runStrategy(ctx, opts, meta, scenarios, sem)
 		}()
 	}
 	wg.Wait()
 	return rep, ctx.Err()
 }
 
-// runStrategy runs every scenario against one strategy on a database of its
-// own. Whatever goes wrong becomes an ERROR result of the scenario it
-// happened in.
-func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario) *StrategyReport {
-	sr := &StrategyReport{Meta: meta}
+// runStrategy runs every scenario against one strategy. The scenarios that
+// need a server of their own run in a lane of their own, one at a time
+// over every strategy (they crash or reconfigure that server), while the
+// others run on a database of the strategy's own with a slot of sem: the
+// two lanes overlap, so the exclusive scenarios of every strategy, added
+// up, never queue behind the rest. Whatever goes wrong becomes an ERROR
+// result of the scenario it happened in.
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario, sem chan struct{}) *StrategyReport {
+	sr := &StrategyReport{Meta: meta, Results: make([]*strategytest.Result, len(scenarios))}
 	start := time.Now()
+	logf := func(r *strategytest.Result, in *strategytest.Scenario) {
+		if opts.Logf != nil {
+			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
+		}
+	}
+	env := func(in *strategytest.Scenario) strategytest.Env {
+		return strategytest.Env{Meta: meta, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf}
+	}
+	var lane sync.WaitGroup
+	for i, in := range scenarios {
+		if in.ExclusiveServer && opts.ExclusiveDatabase != nil {
+			lane.Add(1)
+			go func() {
+				defer lane.Done()
+				sr.Results[i] = runScenario(ctx, opts, env(in), in)
+				logf(sr.Results[i], in)
+			}()
+		}
+	}
+	defer lane.Wait()
+	sem <- struct{}{}
+	defer func() { <-sem }()
+	start = time.Now() // from here on the strategy has its slot
+
 	db, admin, done, err := opts.Database(ctx, meta.Name)
 	if err != nil {
-		for _, in := range scenarios {
-			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("database for %s: %w", meta.Name, err)))
+		for i, in := range scenarios {
+			if sr.Results[i] == nil && !(in.ExclusiveServer && opts.ExclusiveDatabase != nil) {
+				sr.Results[i] = errored(meta, in, fmt.Errorf("database for %s: %w", meta.Name, err))
+			}
 		}
 		return sr
 	}
 	defer done()
-	for _, in := range scenarios {
-		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf}
-		r := runScenario(ctx, opts, env, in)
-		if opts.Logf != nil {
-			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
+	if opts.Cost {
+		if sr.Cost, err = measureCost(ctx, meta, db, admin); err != nil {
+			sr.Cost = &Cost{Unmeasured: err.Error()}
 		}
-		sr.Results = append(sr.Results, r)
+	}
+	for i, in := range scenarios {
+		if in.ExclusiveServer && opts.ExclusiveDatabase != nil {
+			continue
+		}
+		e := env(in)
+		e.DB, e.Admin = db, admin
+		sr.Results[i] = runScenario(ctx, opts, e, in)
+		logf(sr.Results[i], in)
 	}
 	if opts.Logf != nil {
-		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
+		opts.Logf("%-16s all scenarios but the exclusive ones in %v (from its slot)", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return sr
 }
 
 // runScenario runs one cell of the table, turning an error, a panic or a
-// timeout into an ERROR result.
+// timeout into an ERROR result. A scenario that needs a server of its own
+// waits for it first; its timeout starts once it has it.
 func runScenario(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (r *strategytest.Result) {
+	if in.ExclusiveServer && opts.ExclusiveDatabase != nil {
+		exclusive.Lock()
+		defer exclusive.Unlock()
+	}
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
@@ -231,15 +278,14 @@ func errored(meta strategy.Meta, in *strategytest.Scenario, err error) *strategy
 	}
 }
 
-// exclusive serialises the scenarios that crash or reconfigure their server.
+// exclusive serialises the scenarios that crash or reconfigure their server
+// (runScenario holds it).
 var exclusive sync.Mutex
 
 func runExclusive(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (*strategytest.Result, error) {
 	if opts.ExclusiveDatabase == nil {
 		return strategytest.RunScenario(ctx, env, in) // Env.Server is nil: reported as not supported
 	}
-	exclusive.Lock()
-	defer exclusive.Unlock()
 	db, admin, srv, done, err := opts.ExclusiveDatabase(ctx, env.Meta.Name)
 	if err != nil {
 		return nil, fmt.Errorf("exclusive database for %s: %w", env.Meta.Name, err)

@@ -34,7 +34,7 @@ type TableOptions struct {
 	// a ".short" or ".partial" suffix instead, so a committed table is never
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
-	// Parallel is how many strategies run at once (0 means 2).
+	// Parallel is how many strategies run at once (0 means 3).
 	Parallel int
 	// Source says what the table's header links to (the zero value suits
 	// this repository's docs/); a module of its own names its own command.
@@ -65,11 +65,11 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	exclusiveDB, partial := exclusiveDatabases(t)
 	par := opts.Parallel
 	if par == 0 {
-		par = 2
+		par = 3
 	}
 
 	start := time.Now()
-	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: par})
+	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: par, Cost: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +115,7 @@ func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			cr.StrategyReport = runStrategy(ctx, opts, c.Meta, ordered(scenarios))
+			cr.StrategyReport = runStrategy(ctx, opts, c.Meta, ordered(scenarios), sem)
 			cr.Judge()
 		}()
 	}
