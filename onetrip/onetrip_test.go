@@ -157,11 +157,69 @@ func waitFor(t *testing.T, admin *pgxpool.Pool, holder uint32, done <-chan error
 			return
 		}
 		select {
-		case err := <-done:
+		case err := <-done: // nil: never ready
 			t.Fatalf("the second request finished instead of waiting: %v", err)
 		case <-deadline:
 			t.Fatal("nothing waited for the holder within 20s")
 		case <-tick.C:
 		}
+	}
+}
+
+// TestLastUnitWhileWaiting: a request that saw a unit in its snapshot and
+// waited for the row while another attempt took the last one is SOLD_OUT,
+// and the reservation its statement had inserted is undone with it; if the
+// other attempt rolls back instead, the waiter gets the unit. Requests sent
+// afterwards on the same pool (whose cached statement the error dropped)
+// are served as before.
+func TestLastUnitWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, admin := pgtest.Pools(t)
+	for _, end := range []string{"commit", "rollback"} {
+		t.Run(end, func(t *testing.T) {
+			sku := newSKU()
+			dep, err := onetrip.Open(ctx, strategy.Config{DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 1}}}, onetrip.Options{})
+			require.NoError(t, err)
+			defer dep.Close()
+			holder, err := dep.Node(0).(strategy.SessionOpener).OpenSession(ctx)
+			require.NoError(t, err)
+			defer holder.Rollback(ctx) //nolint:errcheck // a no-op after the end
+			res, err := holder.Reserve(ctx, req("holder-"+sku, "u1", sku))
+			require.NoError(t, err)
+			require.Equal(t, strategy.OutcomeHeld, res.Outcome)
+
+			type answer struct {
+				res strategy.Result
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				res, err := dep.Node(0).Reserve(ctx, req("waiter-"+sku, "u2", sku))
+				done <- answer{res, err}
+			}()
+			waitFor(t, admin, holder.Backends()[0], nil)
+			want := strategy.OutcomeSoldOut
+			if end == "commit" {
+				require.NoError(t, holder.Commit(ctx))
+			} else {
+				require.NoError(t, holder.Rollback(ctx))
+				want = strategy.OutcomeHeld
+			}
+			a := <-done
+			require.NoError(t, a.err)
+			require.Equal(t, want, a.res.Outcome)
+			got, err := dep.Node(0).Lookup(ctx, "waiter-"+sku)
+			require.NoError(t, err)
+			if want == strategy.OutcomeSoldOut {
+				require.Equal(t, strategy.StatusNotFound, got.Status, "the waiter's insert was undone with its statement")
+			}
+			audit, err := dep.Audit(ctx)
+			require.NoError(t, err)
+			require.Equal(t, strategy.StockAudit{SKU: sku, Total: 1, Available: 0, Active: 1}, audit[0])
+			res, err = dep.Node(0).Reserve(ctx, req("after-"+sku, "u3", sku))
+			require.NoError(t, err)
+			require.Equal(t, strategy.OutcomeSoldOut, res.Outcome)
+		})
 	}
 }

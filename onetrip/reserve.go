@@ -8,58 +8,63 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
 // The reservation. Node.Reserve sends sqlTakeAndInsert alone, in
-// autocommit: one round trip, and the row lock it takes is held only until
-// the implicit COMMIT at the end of that same statement, never across a
-// trip to the client. Only when it did not answer HELD does a second
-// statement (sqlWhyNot) find the answer.
+// autocommit: one round trip, and the row lock it takes is held only from
+// its UPDATE to the implicit COMMIT at the end of that same statement, never
+// across a trip to the client. Only when it did not answer HELD does a
+// second statement (sqlWhyNot) find the answer.
 const (
-	// sqlTakeAndInsert locks the hot row if it has a unit, inserts the
-	// reservation, and decrements the row only for a row the insert wrote,
-	// all in one statement:
+	// sqlTakeAndInsert inserts the reservation, then decrements the hot
+	// row for it, in one statement. The insert comes first so that the
+	// work of writing the row and its four index entries is done before
+	// the row lock is taken: the lock covers only the decrement and the
+	// commit, as in the bare UPDATE.
 	//
-	//   - stock locks the SKU's row FOR NO KEY UPDATE (the lock an UPDATE
-	//     takes) only when available > 0. Under READ COMMITTED a row locked
-	//     by a decrement in flight is waited for, and available > 0 is
-	//     evaluated again on its newest version (docs 13.2.1, SELECT FOR
-	//     UPDATE), as hotrow's UPDATE does; a row with no unit in the
-	//     snapshot is not locked at all, so refusals on a sold-out SKU do
-	//     not queue on it.
-	//   - ins inserts the reservation only when stock returned the row. ON
-	//     CONFLICT DO NOTHING without a target makes both unique indexes
-	//     arbiters: a known key, or a user who already holds an active
-	//     reservation of the SKU, inserts nothing, and a key or (sku, user)
-	//     inserted by a transaction in flight is waited for first. No
-	//     error on any path: pgx drops a statement from its cache after any
-	//     error, and the next request would pay a DEALLOCATE and a new
-	//     Prepare.
-	//   - take decrements the row for the inserted reservation only; the row
-	//     is already locked by this statement, so available > 0 still holds.
+	//   - ins inserts the reservation when the SKU's row has a unit in the
+	//     statement's snapshot (no lock: a SKU already sold out writes and
+	//     locks nothing). ON CONFLICT DO NOTHING without a target makes both
+	//     unique indexes arbiters: a known key, or a user who already holds
+	//     an active reservation of the SKU, inserts nothing (and locks
+	//     nothing), and a key or (sku, user) inserted by a transaction in
+	//     flight is waited for first.
+	//   - take decrements the row for the inserted reservation. Under READ
+	//     COMMITTED an UPDATE that finds the row locked by a decrement in
+	//     flight waits for it and evaluates available > 0 again on the
+	//     newest version (docs 13.2.1), exactly as hotrow's does.
+	//   - undo: when the row had no unit left by the time take had it (the
+	//     last units went while this one waited), the reservation just
+	//     inserted must not commit. Plain SQL cannot roll a statement back,
+	//     but a failing constraint can: the insert into onetrip_no_unit
+	//     violates its CHECK (false), and the whole statement, insert
+	//     included, is undone with SQLSTATE 23514 and that constraint's
+	//     name. Only requests racing for the last units meet it.
 	//
-	// unit_left false: no unit was left (SOLD_OUT unless sqlWhyNot finds
-	// another answer). expires_at NULL with unit_left: a unique index said
-	// no, and sqlWhyNot says which. expires_at uses now(), the statement's
-	// transaction start.
+	// unit_seen false: the snapshot had no unit (SOLD_OUT unless sqlWhyNot
+	// finds another answer). expires_at NULL with unit_seen: a unique index
+	// said no, and sqlWhyNot says which. expires_at uses now(), the
+	// statement's transaction start.
 	sqlTakeAndInsert = `
-WITH stock AS (
-    SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0
-    FOR NO KEY UPDATE
-), ins AS (
+WITH ins AS (
     INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at)
-    SELECT $1, $2, stock.sku, 'HELD', now() + $4::bigint * interval '1 microsecond' FROM stock
+    SELECT $1, $2, s.sku, 'HELD', now() + $4::bigint * interval '1 microsecond'
+    FROM onetrip_stock s WHERE s.sku = $3 AND s.available > 0
     ON CONFLICT DO NOTHING
     RETURNING sku, expires_at
 ), take AS (
     UPDATE onetrip_stock s SET available = s.available - 1
-    FROM ins WHERE s.sku = ins.sku
+    FROM ins WHERE s.sku = ins.sku AND s.available > 0
     RETURNING 1
+), undo AS (
+    INSERT INTO onetrip_no_unit (sku) SELECT sku FROM ins WHERE NOT EXISTS (SELECT 1 FROM take)
 )
-SELECT EXISTS (SELECT 1 FROM stock) AS unit_left, (SELECT expires_at FROM ins) AS expires_at`
+SELECT EXISTS (SELECT 1 FROM onetrip_stock WHERE sku = $3 AND available > 0) AS unit_seen,
+       (SELECT expires_at FROM ins) AS expires_at`
 
 	// sqlWhyNot answers a request that sqlTakeAndInsert did not hold, in a
 	// new statement, so a new snapshot: the reservation that owns the key
@@ -77,6 +82,10 @@ LEFT JOIN onetrip_reservation k ON k.request_key = $1`
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM onetrip_reservation WHERE request_key = $1`
 )
 
+// constraintNoUnit is the CHECK that undoes sqlTakeAndInsert when the last
+// units went while it waited for the row (schema.sql).
+const constraintNoUnit = "onetrip_no_unit_abort"
+
 // errInvisibleConflict: a unique index refused sqlTakeAndInsert's insert,
 // but the row it conflicted with is no longer there when sqlWhyNot looks (a
 // user's reservation released or expired in between). Nothing was written;
@@ -88,23 +97,35 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// take runs sqlTakeAndInsert on q: held when it inserted a reservation,
-// else unitLeft says whether a unit was there (a unique index said no).
-func take(ctx context.Context, q querier, req strategy.Request) (r strategy.Reservation, held, unitLeft bool, err error) {
+// take runs sqlTakeAndInsert on q: held when it inserted a reservation
+// and took its unit; otherwise unitSeen says whether the snapshot had a
+// unit (a unique index said no) or not. A statement undone because the
+// last units went while it waited comes back as the error errNoUnitLeft;
+// pgx then drops the statement from its cache (it does after any error),
+// and the connection's next request prepares it again.
+func take(ctx context.Context, q querier, req strategy.Request) (r strategy.Reservation, held, unitSeen bool, err error) {
 	r = strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}
 	var expires *time.Time
-	if err := q.QueryRow(ctx, sqlTakeAndInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&unitLeft, &expires); err != nil {
+	if err := q.QueryRow(ctx, sqlTakeAndInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&unitSeen, &expires); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.ConstraintName == constraintNoUnit {
+			return r, false, false, errNoUnitLeft
+		}
 		return r, false, false, fmt.Errorf("take and insert: %w", err)
 	}
 	if expires == nil {
-		return r, false, unitLeft, nil
+		return r, false, unitSeen, nil
 	}
 	r.ExpiresAt = *expires
 	return r, true, true, nil
 }
 
+// errNoUnitLeft: sqlTakeAndInsert was undone (nothing written) because the
+// row had no unit left once it had the lock.
+var errNoUnitLeft = errors.New("onetrip: the last unit went while this request waited for it")
+
 // whyNot answers a request that take did not hold: soldOut says take found
-// no unit; otherwise it failed on a unique index.
+// no unit; otherwise a unique index refused its insert.
 func whyNot(ctx context.Context, q querier, req strategy.Request, soldOut bool) (strategy.Result, error) {
 	var (
 		user, sku, status *string
@@ -148,14 +169,16 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 }
 
 func (d *Deployment) reserveOnce(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	r, held, unitLeft, err := take(ctx, d.db, req)
+	r, held, unitSeen, err := take(ctx, d.db, req)
 	switch {
-	case err != nil:
-		return strategy.Result{}, err
 	case held:
 		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
+	case errors.Is(err, errNoUnitLeft):
+		return whyNot(ctx, d.db, req, true)
+	case err != nil:
+		return strategy.Result{}, err
 	}
-	return whyNot(ctx, d.db, req, !unitLeft)
+	return whyNot(ctx, d.db, req, !unitSeen)
 }
 
 // pause waits a random time in [0, min(20ms, 200µs<<attempt)) before a

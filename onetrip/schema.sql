@@ -41,6 +41,14 @@ CREATE TABLE IF NOT EXISTS onetrip_reservation (
 CREATE INDEX IF NOT EXISTS onetrip_reservation_held_due ON onetrip_reservation (sku, expires_at)
     WHERE status = 'HELD';
 
+-- Never holds a row: Reserve's statement inserts into it only to undo itself
+-- (CHECK (false) fails, and the whole statement with it) when the last unit
+-- went while it waited for the stock row (reserve.go, sqlTakeAndInsert).
+CREATE TABLE IF NOT EXISTS onetrip_no_unit (
+    sku text NOT NULL,
+    CONSTRAINT onetrip_no_unit_abort CHECK (false)
+);
+
 -- Requirement 3 (PostgreSQL docs 11.8, example 11.3): at most one active
 -- reservation per user and SKU; any number of RELEASED and EXPIRED ones.
 -- Created last: Open treats its presence as "the schema is complete".

@@ -2,6 +2,7 @@ package onetrip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -36,23 +37,40 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 	return &session{Tx: tx, d: n.d}, nil
 }
 
+// A session runs the same statements inside a transaction the caller
+// ends. sqlTakeAndInsert can fail on purpose (the last unit went while it
+// waited: errNoUnitLeft), which would abort the caller's whole
+// transaction, so the attempt is wrapped in a savepoint and rolled back to
+// it then. The extra round trips are the session's, never Node.Reserve's.
+const (
+	sqlSavepoint           = `SAVEPOINT onetrip_reserve`
+	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT onetrip_reserve`
+)
+
 // Reserve runs sqlTakeAndInsert (and sqlWhyNot when it did not hold)
-// inside the session's transaction and does not commit. No statement of it
-// fails on a conflict, so the caller's transaction survives every answer.
-// It is never retried: the caller owns the transaction.
+// inside the session's transaction and does not commit. It is never
+// retried: the caller owns the transaction.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if err := s.d.owns.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
 	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
-		r, held, unitLeft, err := take(ctx, tx, req)
+		if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
+			return strategy.Result{}, fmt.Errorf("savepoint: %w", err)
+		}
+		r, held, unitSeen, err := take(ctx, tx, req)
 		switch {
-		case err != nil:
-			return strategy.Result{}, err
 		case held:
 			return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
+		case errors.Is(err, errNoUnitLeft):
+			if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
+				return strategy.Result{}, fmt.Errorf("rollback to savepoint: %w", err)
+			}
+			return whyNot(ctx, tx, req, true)
+		case err != nil:
+			return strategy.Result{}, err
 		}
-		return whyNot(ctx, tx, req, !unitLeft)
+		return whyNot(ctx, tx, req, !unitSeen)
 	})
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("onetrip: session reserve %q: %w", req.Key, err)
