@@ -1,6 +1,10 @@
 package hotrow
 
 import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
@@ -49,9 +53,16 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 // None is a reservation: the first two decrement the stock without a
 // reservation row, the third writes a HELD row without a unit (its audit
 // drifts by construction).
+//
+// They belong to the reference design: a deployment at another isolation
+// level has none (an error), since its controls would run the same
+// statements and the sweep would measure them twice.
 func (d *Deployment) PgbenchControls(sku string) (map[string]string, error) {
 	if err := d.owns.CheckSKU(sku); err != nil {
 		return nil, err
+	}
+	if d.iso != pgx.ReadCommitted {
+		return nil, fmt.Errorf("hotrow: control scripts are the READ COMMITTED reference's, not %s's", d.iso)
 	}
 	update := pgstrategy.PgbenchSQL(sqlTakeUnit, "sku")
 	insert := pgstrategy.PgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us")
