@@ -194,6 +194,13 @@ func (d *Deployment) BatchStats() BatchStats {
 	return BatchStats{Batches: d.batches.Load(), Requests: d.batched.Load(), Largest: d.largest.Load(), Requeued: d.requeued.Load()}
 }
 
+// BatchCounts is BatchStats in the shape of bench.BatchCounter, so the
+// benchmarks report batch sizes without importing this package.
+func (d *Deployment) BatchCounts() (batches, requests, largest int64) {
+	s := d.BatchStats()
+	return s.Batches, s.Requests, s.Largest
+}
+
 func (d *Deployment) countBatch(n int) {
 	d.batches.Add(1)
 	d.batched.Add(int64(n))

@@ -20,8 +20,8 @@ import (
 // The variables are those bench sets before each run of the script. The
 // SOLD_OUT branch (ROLLBACK TO SAVEPOINT when the UPDATE takes no row) is
 // not in the script: pgbench cannot branch on a row count without changing
-// the statement, so the script is for stock that does not sell out. Retries
-// after 40001 are not replayed either (READ COMMITTED needs none).
+// the statement, so the script is for stock that does not sell out.
+// Retries after 40001 and 40P01 are pgbench's own (PgbenchMaxTries).
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
 	if err := d.owns.CheckSKU(sku); err != nil {
 		return "", err
@@ -34,6 +34,11 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 		"commit",
 	), nil
 }
+
+// PgbenchMaxTries is bench.PgbenchRetrier's: pgbench runs the script with
+// --max-tries, one try more than Options.MaxRetries retries, as Reserve
+// does (pgbench retries 40001 and 40P01 at once, without the pause).
+func (d *Deployment) PgbenchMaxTries() int { return d.maxRetries + 1 }
 
 // PgbenchControls returns scripts that run parts of the reservation alone,
 // to tell which part of it costs what under contention (bench's control
