@@ -60,7 +60,7 @@ func TestRenderNamesOnlyFromData(t *testing.T) {
 	}
 	names := res.strategies()
 	// The names registered today, in case the committed run lacks one.
-	for _, n := range []string{"hotrow", "slotrows", "memquota", "memquota-recover", "advisorylock"} {
+	for _, n := range []string{"hotrow", "hotrow-repeatable-read", "hotrow-serializable", "slotrows", "memquota", "memquota-recover", "advisorylock", "onetrip", "combine"} {
 		if !containsStr(names, n) {
 			names = append(names, n)
 		}

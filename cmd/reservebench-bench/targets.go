@@ -1,0 +1,219 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/reservebench/reservebench/bench"
+)
+
+// target is a goal the run measures: the Go goodput of one strategy
+// against a reference point of the same run (another strategy, or one of
+// its pgbench control scripts), as a ratio paired round by round, and the
+// least ratio that meets it. The sweep's configuration names them
+// (main.go); the report computes them from the trials.
+type target struct {
+	// What is the goal, in words.
+	What string `json:"what"`
+	// Strategy's Go goodput in the closed loop, at Clients (0: at the
+	// strategy's best client count).
+	Strategy string `json:"strategy"`
+	Clients  int    `json:"clients,omitempty"`
+	// Against: strategy Against's control script Script (pgbench), or its
+	// Go reservation when Script is "", at AgainstClients (0: at its best).
+	Against        string `json:"against"`
+	Script         string `json:"script,omitempty"`
+	AgainstClients int    `json:"against_clients,omitempty"`
+	// Min is the least ratio that meets the goal.
+	Min float64 `json:"min"`
+}
+
+// targetResult is a target measured.
+type targetResult struct {
+	target
+	NumClients, DenClients int
+	Num, Den               bench.Summary // goodput of each side over its trials
+	Ratio                  bench.Summary // per round, numerator / denominator
+}
+
+// verdict says whether the measured ratio meets the target, and how
+// surely.
+func (t targetResult) verdict() string {
+	switch {
+	case t.Ratio.N == 0:
+		return "not measured"
+	case t.Ratio.Lo >= t.Min:
+		return "met (the whole interval is above)"
+	case t.Ratio.Median >= t.Min:
+		return "met by the median; the interval reaches below"
+	case t.Ratio.Hi >= t.Min:
+		return "missed by the median; the interval reaches above"
+	}
+	return "missed (the whole interval is below)"
+}
+
+// measureTargets computes the configured targets whose points ran.
+func (r *results) measureTargets() []targetResult {
+	var out []targetResult
+	for _, t := range r.Config.Targets {
+		numSide := func(rc *record) bool {
+			c := rc.Cell
+			return c.Exp == expClosed && c.Strategy == t.Strategy && c.Tool == bench.ToolGo
+		}
+		denSide := func(rc *record) bool {
+			c := rc.Cell
+			if t.Script != "" {
+				return c.Exp == expControl && c.Strategy == t.Against && c.Script == t.Script
+			}
+			return c.Exp == expClosed && c.Strategy == t.Against && c.Tool == bench.ToolGo
+		}
+		nc := pickClients(r.Trials, numSide, t.Clients)
+		dc := pickClients(r.Trials, denSide, t.AgainstClients)
+		if nc == 0 || dc == 0 {
+			continue
+		}
+		num, den := byRound(r.Trials, numSide, nc), byRound(r.Trials, denSide, dc)
+		res := targetResult{target: t, NumClients: nc, DenClients: dc, Num: bench.Summarize(values(num)), Den: bench.Summarize(values(den))}
+		var xs []float64
+		for round, v := range num {
+			if d, ok := den[round]; ok && d > 0 {
+				xs = append(xs, v/d)
+			}
+		}
+		sort.Float64s(xs)
+		res.Ratio = bench.Summarize(xs)
+		out = append(out, res)
+	}
+	return out
+}
+
+// pickClients is want, or (want 0) the client count whose trials have the
+// best median goodput; 0 when no trial matches.
+func pickClients(recs []*record, match func(*record) bool, want int) int {
+	by := map[int][]float64{}
+	for _, rc := range recs {
+		if match(rc) {
+			by[rc.Cell.Clients] = append(by[rc.Cell.Clients], rc.Trial.Run.Goodput)
+		}
+	}
+	if want != 0 {
+		if len(by[want]) == 0 {
+			return 0
+		}
+		return want
+	}
+	keys := make([]int, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	best, bestV := 0, -1.0
+	for _, k := range keys {
+		if v := bench.Summarize(by[k]).Median; v > bestV {
+			best, bestV = k, v
+		}
+	}
+	return best
+}
+
+// byRound is the goodput of the matching trials at clients, by round.
+func byRound(recs []*record, match func(*record) bool, clients int) map[int]float64 {
+	out := map[int]float64{}
+	for _, rc := range recs {
+		if match(rc) && rc.Cell.Clients == clients {
+			out[rc.Round] = rc.Trial.Run.Goodput
+		}
+	}
+	return out
+}
+
+func values(m map[int]float64) []float64 {
+	out := make([]float64, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// targetsSection writes the measured targets, and Go/pgbench at the client
+// counts the issue named, for every strategy with a pgbench script.
+func (r *results) targetsSection(b *strings.Builder, ix index) {
+	ts := r.measureTargets()
+	goPg := r.goPgbenchAt()
+	if len(ts) == 0 && len(goPg) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Targets\n\n")
+	w("Each goal is a ratio of two points of this run, computed round by round (the trials of a round ran minutes apart at most, so the ratio cancels most of the machine's drift) and summarized like any metric: median [95%% CI of the mean, Student's t] (%s).\n\n", see("targets-and-paired-ratios", "targets"))
+	if len(ts) > 0 {
+		w("| goal | measured | against | ratio | needed | verdict |\n|---|---|---|---:|---:|---|\n")
+		for _, t := range ts {
+			against := fmt.Sprintf("`%s` Go at %d clients: %s", t.Against, t.DenClients, fmtCI(t.Den))
+			if t.Script != "" {
+				against = fmt.Sprintf("`%s` control `%s` (pgbench) at %d clients: %s", t.Against, t.Script, t.DenClients, fmtCI(t.Den))
+			}
+			w("| %s | `%s` Go at %d clients: %s | %s | %s | %.2g | %s |\n", t.What, t.Strategy, t.NumClients, fmtCI(t.Num), against, fmtRatio(t.Ratio), t.Min, t.verdict())
+		}
+		w("\n")
+	}
+	if len(goPg) > 0 {
+		w("Go against pgbench running the same SQL, at the client counts the issue named (paired per round; the goal is at least %.1f, or a profile of the client that says where the difference goes: section 7):\n\n", goPgbenchGoal)
+		w("| strategy |")
+		for _, c := range goPgbenchClients {
+			w(" %s |", clientsStr(c))
+		}
+		w(" below %.1f |\n|---|", goPgbenchGoal)
+		for range goPgbenchClients {
+			w("---:|")
+		}
+		w("---|\n")
+		for _, g := range goPg {
+			w("| `%s` |", g.strategy)
+			var below []string
+			for i, c := range goPgbenchClients {
+				rt := g.ratios[i]
+				w(" %s |", fmtRatio(rt))
+				if rt.N > 0 && rt.Median < goPgbenchGoal {
+					below = append(below, fmt.Sprintf("%d", c))
+				}
+			}
+			if len(below) == 0 {
+				w(" none |\n")
+			} else {
+				w(" at %s clients |\n", strings.Join(below, ", "))
+			}
+		}
+		w("\n")
+	}
+}
+
+// goPgbenchClients and goPgbenchGoal are the issue's: Go/pgbench at least
+// 0.9 at 1, 8 and 32 clients.
+var goPgbenchClients = []int{1, 8, 32}
+
+const goPgbenchGoal = 0.9
+
+type goPg struct {
+	strategy string
+	ratios   []bench.Summary // per goPgbenchClients
+}
+
+func (r *results) goPgbenchAt() []goPg {
+	var out []goPg
+	for _, name := range r.strategies() {
+		g := goPg{strategy: name}
+		any := false
+		for _, c := range goPgbenchClients {
+			rt := ratios(r.Trials, name, c)
+			any = any || rt.N > 0
+			g.ratios = append(g.ratios, rt)
+		}
+		if any {
+			out = append(out, g)
+		}
+	}
+	return out
+}
