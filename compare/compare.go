@@ -53,6 +53,11 @@ type Options struct {
 	// Cost measures each strategy's cost per successful reservation
 	// (measureCost) before its scenarios.
 	Cost bool
+
+	// slots, when set, replaces the Parallel slots: Table shares one set
+	// between the strategies and the negative controls, so that the
+	// controls start in the strategies' tail instead of after it.
+	slots chan struct{}
 }
 
 // Report is the outcome of a run.
@@ -159,7 +164,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	scenarios := ordered(opts.Scenarios)
 	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
-	sem := make(chan struct{}, max(opts.Parallel, 1))
+	sem := opts.slots
+	if sem == nil {
+		sem = make(chan struct{}, max(opts.Parallel, 1))
+	}
 	var wg sync.WaitGroup
 	for i, meta := range opts.Strategies {
 		wg.Add(1)

@@ -69,13 +69,23 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	}
 
 	start := time.Now()
-	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Parallel: par, Cost: true})
+	// The strategies and the controls take turns on the same par slots:
+	// the controls fill the slots the strategies' tail leaves idle.
+	slots := make(chan struct{}, par)
+	var controlReports []*ControlReport
+	controlsDone := make(chan struct{})
+	go func() {
+		defer close(controlsDone)
+		if opts.Controls {
+			controlReports = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
+		}
+	}()
+	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Cost: true, slots: slots})
+	<-controlsDone
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Controls {
-		rep.Controls = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf}, par)
-	}
+	rep.Controls = controlReports
 	rep.Server = serverMajor(t, srv)
 	rep.Source = opts.Source
 	t.Logf("all strategies and controls in %v", time.Since(start).Round(time.Millisecond))
@@ -96,11 +106,11 @@ func Table(t *testing.T, opts TableOptions) *Report {
 }
 
 // runControls runs each negative control against the scenarios that must
-// catch it, par at a time, and judges them.
-func runControls(ctx context.Context, opts Options, par int) []*ControlReport {
+// catch it, on opts.slots, and judges them.
+func runControls(ctx context.Context, opts Options) []*ControlReport {
 	all := controls.All()
 	out := make([]*ControlReport, len(all))
-	sem := make(chan struct{}, par)
+	sem := opts.slots
 	var wg sync.WaitGroup
 	for i, c := range all {
 		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks}
