@@ -94,7 +94,7 @@ func run() error {
 	// window plus 0.1 s; the closed loop keeps 4 trials per point (Go and
 	// pgbench), the other experiments fewer trials and fewer points.
 	cfg := config{Mode: "full", Trials: 4, ExtraTrials: 3, Duration: *duration, Clients: []int{1, 4, 8, 32, 128},
-		SellsOutClients: []int{1, 8, 128},
+		SellsOutClients: []int{1, 32},
 		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.5, 0.9, 1.2}, OpenTrials: 2, LateLimit: time.Second,
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{8, 32},
