@@ -72,6 +72,7 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 		}
 	}
 	w("\n")
+	r.profileRanges(b, ix)
 	w("The functions with the most flat time, per profiled point:\n\n")
 	for _, name := range r.strategies() {
 		for _, c := range r.Config.ProfileClients {
@@ -97,4 +98,45 @@ func pct(ss []share, name string) string {
 		}
 	}
 	return "–"
+}
+
+// profileRanges states, over every profiled point, the range of the client
+// CPU share that went to the runtime and the socket, to pgx, and to this
+// module's own code (the strategies' Go code and the load generator): what
+// there is to reduce on our side.
+func (r *results) profileRanges(b *strings.Builder, ix index) {
+	type rng struct{ lo, hi float64 }
+	widen := func(x *rng, v float64) {
+		if v < x.lo {
+			x.lo = v
+		}
+		if v > x.hi {
+			x.hi = v
+		}
+	}
+	sys, pgx, ours := rng{2, -1}, rng{2, -1}, rng{2, -1}
+	n := 0
+	for _, s := range ix.filter(func(c cell) bool { return c.Exp == expProfile }) {
+		p := s.Profile
+		if p == nil || p.Samples == 0 {
+			continue
+		}
+		n++
+		get := func(name string) float64 {
+			for _, c := range p.Categories {
+				if c.Name == name {
+					return c.Share
+				}
+			}
+			return 0
+		}
+		widen(&sys, get(catRuntime)+get(catSocket))
+		widen(&pgx, get(catPgx))
+		widen(&ours, get(catStrategy)+get(catGenerator))
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(b, "Over the %d profiled points, the Go runtime and the socket took %.0f–%.0f%% of the client's CPU, pgx %.0f–%.0f%%, and this module's own code (the strategies' Go code and the load generator, flat) %.0f–%.0f%%.\n\n",
+		n, 100*sys.lo, 100*sys.hi, 100*pgx.lo, 100*pgx.hi, 100*ours.lo, 100*ours.hi)
 }
