@@ -98,13 +98,13 @@ func run() error {
 		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.5, 0.9, 1.2}, OpenTrials: 2, LateLimit: time.Second,
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{8, 32},
-		ProfileClients: []int{1, 8, 32},
-		Targets:        targets,
-		SampleEvery:    *sample, Seed: *seed}
+		ProfileClients: []int{1, 8, 32}, ProfileWindow: 2 * *duration,
+		Targets:     targets,
+		SampleEvery: *sample, Seed: *seed}
 	if *quick {
 		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials, cfg.Clients = "quick", 2, 1, 1, []int{1, 32}
 		cfg.SellsOutClients, cfg.OpenLoads, cfg.AdmitClients, cfg.ShedClients = []int{32}, []float64{0.9}, []int{32}, nil
-		cfg.ManyClients, cfg.ProfileClients = []int{32}, []int{32}
+		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow = []int{32}, []int{32}, *duration
 	}
 	if *trials > 0 {
 		cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials = *trials, min(*trials, cfg.ExtraTrials), min(*trials, cfg.OpenTrials)

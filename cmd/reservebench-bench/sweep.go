@@ -103,6 +103,7 @@ type config struct {
 	// ProfileClients: client counts at which one Go trial per strategy with
 	// a pgbench script runs under the CPU profiler.
 	ProfileClients []int         `json:"profile_clients"`
+	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
 	Targets        []target      `json:"targets,omitempty"`
 	SampleEvery    time.Duration `json:"sample_every_ns"`
 	Seed           uint64        `json:"seed"`
@@ -385,8 +386,8 @@ func (s *sweep) one(ctx context.Context, c cell, round int) error {
 	if c.Exp == expProfile {
 		prefix += " (CPU profile)"
 		spec.CPUProfile = &prof
-		spec.SampleEvery = 0              // the sampler's queries would be the client's too
-		spec.Duration = 2 * spec.Duration // more samples
+		spec.SampleEvery = 0 // the sampler's queries would be the client's too
+		spec.Duration = max(s.cfg.ProfileWindow, s.cfg.Duration)
 	}
 	t, err := s.env.RunTrial(ctx, spec)
 	if err != nil {
