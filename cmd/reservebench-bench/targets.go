@@ -151,11 +151,11 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 	if len(ts) > 0 {
 		w("| goal | measured | against | ratio | needed | verdict |\n|---|---|---|---:|---:|---|\n")
 		for _, t := range ts {
-			against := fmt.Sprintf("`%s` Go at %d clients: %s", t.Against, t.DenClients, fmtCI(t.Den))
+			against := fmt.Sprintf("`%s` Go at %s: %s", t.Against, clientsStr(t.DenClients), fmtCI(t.Den))
 			if t.Script != "" {
-				against = fmt.Sprintf("`%s` control `%s` (pgbench) at %d clients: %s", t.Against, t.Script, t.DenClients, fmtCI(t.Den))
+				against = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Against, t.Script, clientsStr(t.DenClients), fmtCI(t.Den))
 			}
-			w("| %s | `%s` Go at %d clients: %s | %s | %s | %.2g | %s |\n", t.What, t.Strategy, t.NumClients, fmtCI(t.Num), against, fmtRatio(t.Ratio), t.Min, t.verdict())
+			w("| %s | `%s` Go at %s: %s | %s | %s | %.2g | %s |\n", t.What, t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num), against, fmtRatio(t.Ratio), t.Min, t.verdict())
 		}
 		w("\n")
 	}
@@ -172,18 +172,18 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 		w("---|\n")
 		for _, g := range goPg {
 			w("| `%s` |", g.strategy)
-			var below []string
+			var below []int
 			for i, c := range goPgbenchClients {
 				rt := g.ratios[i]
 				w(" %s |", fmtRatio(rt))
 				if rt.N > 0 && rt.Median < goPgbenchGoal {
-					below = append(below, fmt.Sprintf("%d", c))
+					below = append(below, c)
 				}
 			}
 			if len(below) == 0 {
 				w(" none |\n")
 			} else {
-				w(" at %s clients |\n", strings.Join(below, ", "))
+				w(" at %s |\n", clientList(below))
 			}
 		}
 		w("\n")
@@ -216,4 +216,17 @@ func (r *results) goPgbenchAt() []goPg {
 		}
 	}
 	return out
+}
+
+// clientList writes client counts as "1 client", "1 and 32 clients",
+// "1, 8 and 32 clients".
+func clientList(cs []int) string {
+	if len(cs) == 1 {
+		return clientsStr(cs[0])
+	}
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprint(c)
+	}
+	return joinAnd(parts) + " clients"
 }
