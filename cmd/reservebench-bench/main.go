@@ -48,7 +48,7 @@ import (
 // update-only control), and the combining strategy at 32 clients against
 // the bare UPDATE at 32 clients.
 var targets = []target{
-	{What: "one-round-trip hot row: its peak against the bare UPDATE's peak", Strategy: "onetrip", Against: "hotrow", Script: "update-only", Min: 0.8},
+	{What: "the reservation in one statement: its peak against the bare UPDATE's peak", Strategy: "onetrip", Against: "hotrow", Script: "update-only", Min: 0.8},
 	{What: "combining: 32 clients against the bare UPDATE at 32 clients", Strategy: "combine", Clients: 32, Against: "hotrow", Script: "update-only", AgainstClients: 32, Min: 2},
 }
 
@@ -66,7 +66,7 @@ func run() error {
 		clients     = flag.String("clients", "", "comma-separated client counts (default 1,4,8,32,128; quick 1,8,128)")
 		trials      = flag.Int("trials", 0, "trials per point (default 4; quick: 2, and 1 beyond the closed loop)")
 		duration    = flag.Duration("duration", time.Second, "measured window of each trial (pgbench runs whole seconds)")
-		experiments = flag.String("experiments", "closed,control,sellsout,skus,open,admission,profile", "experiments to run")
+		experiments = flag.String("experiments", "closed,control,sellsout,skus,open,admission,target,profile", "experiments to run")
 		outDir      = flag.String("out", "docs/perf", "directory for results.txt, results.json and the plots")
 		docPath     = flag.String("doc", "docs/performance.md", "the report to write (empty: none)")
 		progress    = flag.Duration("progress", 2*time.Second, "progress line interval within a trial (0: off)")
@@ -100,12 +100,12 @@ func run() error {
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{8, 32},
 		ProfileClients: []int{1, 8, 32}, ProfileWindow: 2 * *duration,
-		Targets:     targets,
+		Targets: targets, TargetPairs: 8,
 		SampleEvery: *sample, Seed: *seed}
 	if *quick {
 		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials, cfg.Clients = "quick", 2, 1, 1, []int{1, 32}
 		cfg.SellsOutClients, cfg.OpenLoads, cfg.AdmitClients, cfg.ShedClients = []int{32}, []float64{0.9}, []int{32}, nil
-		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow = []int{32}, []int{32}, *duration
+		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow, cfg.TargetPairs = []int{32}, []int{32}, *duration, 1
 	}
 	if *trials > 0 {
 		cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials = *trials, min(*trials, cfg.ExtraTrials), min(*trials, cfg.OpenTrials)

@@ -110,7 +110,7 @@ func TestFindingsFollowData(t *testing.T) {
 		return r
 	}
 	base := load().render("perf", nil)
-	for _, want := range []string{"MultiXact", "*Commits went one at a time.*", "*Holding the lock across a round trip", "the bound keeps goodput near the peak"} {
+	for _, want := range []string{"MultiXact", "*Commits went one at a time.*", "*Holding the lock across a round trip", "admission.Gate` at the same"} {
 		if !strings.Contains(base, want) {
 			t.Fatalf("the committed run no longer shows %q; pick another finding for this test", want)
 		}

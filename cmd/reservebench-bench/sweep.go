@@ -26,6 +26,7 @@ const (
 	expAdmission = "admission" // closed loop through admission.Gate (Go)
 	expSKUs      = "skus"      // closed loop over many SKUs with Zipf popularity (Go)
 	expProfile   = "profile"   // one closed-loop Go trial with a CPU profile of the client
+	expTarget    = "target"    // a target's two points, back to back (targets.go)
 )
 
 // cell is one point of the sweep: everything but the trial number.
@@ -105,6 +106,7 @@ type config struct {
 	ProfileClients []int         `json:"profile_clients"`
 	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
 	Targets        []target      `json:"targets,omitempty"`
+	TargetPairs    int           `json:"target_pairs"` // back-to-back pairs per target (phase 4)
 	SampleEvery    time.Duration `json:"sample_every_ns"`
 	Seed           uint64        `json:"seed"`
 }
@@ -265,7 +267,27 @@ func (s *sweep) run(ctx context.Context) error {
 		}
 	}
 
-	// Phase 4: where the Go client's time goes, one profiled trial per
+	// Phase 4: each target's two points, at the client counts phase 1
+	// chose, run back to back TargetPairs times (alternating which goes
+	// first): the machine's disk and neighbours drift minute to minute,
+	// and a ratio of two trials seconds apart cancels most of it.
+	if s.cfg.has(expTarget) && s.cfg.TargetPairs > 0 {
+		var phase [][]cell
+		for _, t := range s.cfg.Targets {
+			num, den, ok := s.targetCells(t)
+			if !ok {
+				s.log("target %q: its points did not run; skipped", t.What)
+				continue
+			}
+			phase = append(phase, []cell{num, den})
+		}
+		s.planned += 2 * s.cfg.TargetPairs * len(phase)
+		if err := s.rounds(ctx, "phase 4 (targets, back to back)", phase); err != nil {
+			return err
+		}
+	}
+
+	// Phase 5: where the Go client's time goes, one profiled trial per
 	// point (a profile of the whole process: the client is all it runs).
 	if s.cfg.has(expProfile) {
 		var phase4 [][]cell
@@ -277,7 +299,7 @@ func (s *sweep) run(ctx context.Context) error {
 				phase4 = append(phase4, []cell{{Exp: expProfile, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", meta: m}})
 			}
 		}
-		if err := s.rounds(ctx, "phase 4 (client CPU profiles)", phase4); err != nil {
+		if err := s.rounds(ctx, "phase 5 (client CPU profiles)", phase4); err != nil {
 			return err
 		}
 	}
@@ -299,8 +321,40 @@ func roundRate(r float64) float64 {
 	return float64(int(r/10+0.5) * 10)
 }
 
+// targetCells are a target's two points for phase 4: the numerator's Go
+// reservation and the denominator's (pgbench control script, or Go
+// reservation), each at the client count phase 1 chose for it.
+func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
+	var nm, dm strategy.Meta
+	for _, m := range s.metas {
+		if m.Name == t.Strategy {
+			nm = m
+		}
+		if m.Name == t.Against {
+			dm = m
+		}
+	}
+	if nm.Name == "" || dm.Name == "" {
+		return cell{}, cell{}, false
+	}
+	recs := s.trials
+	nc := pickClients(recs, func(r *record) bool { return t.numSide(r.Cell, expClosed) }, t.Clients)
+	dc := pickClients(recs, func(r *record) bool { return t.denSide(r.Cell, expClosed) }, t.AgainstClients)
+	if nc == 0 || dc == 0 {
+		return cell{}, cell{}, false
+	}
+	num = cell{Exp: expTarget, Strategy: t.Strategy, Tool: bench.ToolGo, Clients: nc, Stock: "plenty", meta: nm}
+	den = cell{Exp: expTarget, Strategy: t.Against, Tool: bench.ToolGo, Clients: dc, Stock: "plenty", meta: dm}
+	if t.Script != "" {
+		den.Tool, den.Script = bench.ToolPgbench, t.Script
+	}
+	return num, den, true
+}
+
 func (s *sweep) trialsOf(c cell) int {
 	switch c.Exp {
+	case expTarget:
+		return s.cfg.TargetPairs
 	case expClosed, expControl:
 		return s.cfg.Trials // controls pair with the reservation round by round
 	case expOpen:

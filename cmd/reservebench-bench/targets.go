@@ -35,6 +35,7 @@ type targetResult struct {
 	NumClients, DenClients int
 	Num, Den               bench.Summary // goodput of each side over its trials
 	Ratio                  bench.Summary // per round, numerator / denominator
+	BackToBack             bool          // measured in phase 4's pairs
 }
 
 // verdict says whether the measured ratio meets the target, and how
@@ -53,28 +54,48 @@ func (t targetResult) verdict() string {
 	return "missed (the whole interval is below)"
 }
 
-// measureTargets computes the configured targets whose points ran.
+// numSide reports whether c is a trial of the target's numerator in
+// experiment exp (expClosed: phase 1; expTarget: the back-to-back pairs).
+func (t target) numSide(c cell, exp string) bool {
+	return c.Exp == exp && c.Strategy == t.Strategy && c.Tool == bench.ToolGo
+}
+
+// denSide is numSide for the denominator: a control script's trials live
+// in expControl in phase 1.
+func (t target) denSide(c cell, exp string) bool {
+	if t.Script != "" {
+		if exp == expClosed {
+			exp = expControl
+		}
+		return c.Exp == exp && c.Strategy == t.Against && c.Script == t.Script
+	}
+	return c.Exp == exp && c.Strategy == t.Against && c.Tool == bench.ToolGo
+}
+
+// measureTargets computes the configured targets whose points ran: from
+// the back-to-back pairs of phase 4 when they ran, else from phase 1's
+// trials paired by round.
 func (r *results) measureTargets() []targetResult {
 	var out []targetResult
 	for _, t := range r.Config.Targets {
-		numSide := func(rc *record) bool {
-			c := rc.Cell
-			return c.Exp == expClosed && c.Strategy == t.Strategy && c.Tool == bench.ToolGo
+		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) {
+			continue // the control script did not run
 		}
-		denSide := func(rc *record) bool {
-			c := rc.Cell
-			if t.Script != "" {
-				return c.Exp == expControl && c.Strategy == t.Against && c.Script == t.Script
+		exp := expClosed
+		for _, rc := range r.Trials {
+			if t.numSide(rc.Cell, expTarget) {
+				exp = expTarget
 			}
-			return c.Exp == expClosed && c.Strategy == t.Against && c.Tool == bench.ToolGo
 		}
+		numSide := func(rc *record) bool { return t.numSide(rc.Cell, exp) }
+		denSide := func(rc *record) bool { return t.denSide(rc.Cell, exp) }
 		nc := pickClients(r.Trials, numSide, t.Clients)
 		dc := pickClients(r.Trials, denSide, t.AgainstClients)
 		if nc == 0 || dc == 0 {
 			continue
 		}
 		num, den := byRound(r.Trials, numSide, nc), byRound(r.Trials, denSide, dc)
-		res := targetResult{target: t, NumClients: nc, DenClients: dc, Num: bench.Summarize(values(num)), Den: bench.Summarize(values(den))}
+		res := targetResult{target: t, NumClients: nc, DenClients: dc, Num: bench.Summarize(values(num)), Den: bench.Summarize(values(den)), BackToBack: exp == expTarget}
 		var xs []float64
 		for round, v := range num {
 			if d, ok := den[round]; ok && d > 0 {
@@ -147,7 +168,7 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Targets\n\n")
-	w("Each goal is a ratio of two points of this run, computed round by round (the trials of a round ran minutes apart at most, so the ratio cancels most of the machine's drift) and summarized like any metric: median [95%% CI of the mean, Student's t] (%s).\n\n", see("targets-and-paired-ratios", "targets"))
+	w("Each goal is a ratio of two points of this run: each side at the client count where section 1 found its peak (or the count the goal names), run back to back %d times, alternating which went first; the ratio of each pair (two trials seconds apart, so the machine's drift cancels) is summarized like any metric: median [95%% CI of the mean, Student's t] (%s).\n\n", r.Config.TargetPairs, see("targets-and-paired-ratios", "targets"))
 	if len(ts) > 0 {
 		w("| goal | measured | against | ratio | needed | verdict |\n|---|---|---|---:|---:|---|\n")
 		for _, t := range ts {
@@ -155,7 +176,11 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 			if t.Script != "" {
 				against = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Against, t.Script, clientsStr(t.DenClients), fmtCI(t.Den))
 			}
-			w("| %s | `%s` Go at %s: %s | %s | %s | %.2g | %s |\n", t.What, t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num), against, fmtRatio(t.Ratio), t.Min, t.verdict())
+			how := ""
+			if !t.BackToBack {
+				how = " (phase 1's trials, paired by round)"
+			}
+			w("| %s | `%s` Go at %s: %s | %s | %s%s | %.2g | %s |\n", t.What, t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num), against, fmtRatio(t.Ratio), how, t.Min, t.verdict())
 		}
 		w("\n")
 	}
