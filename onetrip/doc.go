@@ -25,9 +25,9 @@
 //
 // # The statement
 //
-//	WITH ins  AS (INSERT INTO onetrip_reservation ... SELECT ... FROM onetrip_stock WHERE available > 0
-//	              ON CONFLICT DO NOTHING RETURNING ...),
-//	     take AS (UPDATE onetrip_stock SET available = available - 1 FROM ins WHERE ... available > 0),
+//	WITH seen AS (SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0),
+//	     ins  AS (INSERT INTO onetrip_reservation ... SELECT ... FROM seen ON CONFLICT DO NOTHING RETURNING ...),
+//	     take AS (UPDATE onetrip_stock SET available = available - 1 WHERE ... available > 0 AND EXISTS (ins)),
 //	     undo AS (INSERT INTO onetrip_no_unit ... WHERE a row went in and no unit came out)
 //	SELECT unit_seen, expires_at
 //

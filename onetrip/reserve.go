@@ -24,19 +24,23 @@ const (
 	// row for it, in one statement. The insert comes first so that the
 	// work of writing the row and its four index entries is done before
 	// the row lock is taken: the lock covers only the decrement and the
-	// commit, as in the bare UPDATE.
+	// commit, as in the bare UPDATE. The stock row is read twice, no more:
+	// every other reader and writer of the SKU queues on that one page.
 	//
-	//   - ins inserts the reservation when the SKU's row has a unit in the
-	//     statement's snapshot (no lock: a SKU already sold out writes and
-	//     locks nothing). ON CONFLICT DO NOTHING without a target makes both
-	//     unique indexes arbiters: a known key, or a user who already holds
-	//     an active reservation of the SKU, inserts nothing (and locks
-	//     nothing), and a key or (sku, user) inserted by a transaction in
-	//     flight is waited for first.
-	//   - take decrements the row for the inserted reservation. Under READ
-	//     COMMITTED an UPDATE that finds the row locked by a decrement in
-	//     flight waits for it and evaluates available > 0 again on the
-	//     newest version (docs 13.2.1), exactly as hotrow's does.
+	//   - seen reads the SKU's row in the statement's snapshot, without a
+	//     lock: does it have a unit? (A SKU already sold out writes and
+	//     locks nothing.) It is read once and used twice.
+	//   - ins inserts the reservation when seen found a unit. ON CONFLICT
+	//     DO NOTHING without a target makes both unique indexes arbiters: a
+	//     known key, or a user who already holds an active reservation of
+	//     the SKU, inserts nothing (and locks nothing), and a key or (sku,
+	//     user) inserted by a transaction in flight is waited for first.
+	//   - take decrements the row when ins inserted (an uncorrelated
+	//     EXISTS: the planner's one-time filter, evaluated before the scan,
+	//     which runs the insert first). Under READ COMMITTED an UPDATE that
+	//     finds the row locked by a decrement in flight waits for it and
+	//     evaluates available > 0 again on the newest version (docs
+	//     13.2.1), exactly as hotrow's does.
 	//   - undo: when the row had no unit left by the time take had it (the
 	//     last units went while this one waited), the reservation just
 	//     inserted must not commit. Plain SQL cannot roll a statement back,
@@ -50,21 +54,21 @@ const (
 	// said no, and sqlWhyNot says which. expires_at uses now(), the
 	// statement's transaction start.
 	sqlTakeAndInsert = `
-WITH ins AS (
+WITH seen AS (
+    SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0
+), ins AS (
     INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at)
-    SELECT $1, $2, s.sku, 'HELD', now() + $4::bigint * interval '1 microsecond'
-    FROM onetrip_stock s WHERE s.sku = $3 AND s.available > 0
+    SELECT $1, $2, seen.sku, 'HELD', now() + $4::bigint * interval '1 microsecond' FROM seen
     ON CONFLICT DO NOTHING
     RETURNING sku, expires_at
 ), take AS (
-    UPDATE onetrip_stock s SET available = s.available - 1
-    FROM ins WHERE s.sku = ins.sku AND s.available > 0
+    UPDATE onetrip_stock SET available = available - 1
+    WHERE sku = $3 AND available > 0 AND EXISTS (SELECT 1 FROM ins)
     RETURNING 1
 ), undo AS (
     INSERT INTO onetrip_no_unit (sku) SELECT sku FROM ins WHERE NOT EXISTS (SELECT 1 FROM take)
 )
-SELECT EXISTS (SELECT 1 FROM onetrip_stock WHERE sku = $3 AND available > 0) AS unit_seen,
-       (SELECT expires_at FROM ins) AS expires_at`
+SELECT EXISTS (SELECT 1 FROM seen) AS unit_seen, (SELECT expires_at FROM ins) AS expires_at`
 
 	// sqlWhyNot answers a request that sqlTakeAndInsert did not hold, in a
 	// new statement, so a new snapshot: the reservation that owns the key
