@@ -185,9 +185,6 @@ type Trial struct {
 	SoldOut bool `json:"sold_out"`
 }
 
-// ProfileHz is the sampling rate of Spec.CPUProfile.
-const ProfileHz = 500
-
 // Retrier is implemented by deployments that count the transactions they
 // ran again after PostgreSQL refused them (hotrow's Retries).
 type Retrier interface{ Retries() int64 }
@@ -313,13 +310,6 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 			load.ProgressEvery = spec.ProgressEvery
 		}
 		if spec.CPUProfile != nil {
-			// pprof's 100 Hz gives a few dozen samples of a client that
-			// uses a fifth of a core for a second: too few. The rate is
-			// set first, so StartCPUProfile keeps it (the runtime prints
-			// "cannot set cpu profile rate" to standard error when it
-			// tries to set its own); the profile's header still says 100
-			// Hz, so its values are shares, not seconds.
-			runtime.SetCPUProfileRate(ProfileHz)
 			if err := pprof.StartCPUProfile(spec.CPUProfile); err != nil {
 				return nil, fmt.Errorf("bench: cpu profile: %w", err)
 			}

@@ -36,7 +36,7 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 	if len(profiles) == 0 {
 		return
 	}
-	w("One closed-loop Go trial per point ran under the CPU profiler (`runtime/pprof`, the whole process; the raw profiles are written to `docs/perf/profiles/`, not committed: `go tool pprof -top docs/perf/profiles/<strategy>-c<clients>.pprof`). Flat CPU time by what it was spent in:\n\n")
+	w("One closed-loop Go trial per point, with a window of %v, ran under the CPU profiler (`runtime/pprof` at 100 Hz, the whole process; the raw profiles are written to `docs/perf/profiles/`, not committed: `go tool pprof -top docs/perf/profiles/<strategy>-c<clients>.pprof`). Flat CPU time by what it was spent in:\n\n", max(r.Config.ProfileWindow, r.Config.Duration))
 	var cats []string
 	for _, s := range profiles {
 		if s.Profile == nil {
@@ -84,7 +84,7 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 			for _, t := range s.Profile.Top {
 				top = append(top, fmt.Sprintf("`%s` %.0f%%", t.Name, 100*t.Share))
 			}
-			w("- `%s` at %d clients: %s\n", name, c, strings.Join(top, ", "))
+			w("- `%s` at %s: %s\n", name, clientsStr(c), strings.Join(top, ", "))
 		}
 	}
 	w("\n")

@@ -100,7 +100,7 @@ func run() error {
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{8, 32},
 		ProfileClients: []int{1, 8, 32}, ProfileWindow: 2 * *duration,
-		Targets: targets, TargetPairs: 8,
+		Targets: targets, TargetPairs: 6,
 		SampleEvery: *sample, Seed: *seed}
 	if *quick {
 		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials, cfg.Clients = "quick", 2, 1, 1, []int{1, 32}
@@ -122,9 +122,9 @@ func run() error {
 	}
 	cfg.Experiments = strings.Split(*experiments, ",")
 	// A never-sells-out stock: far above what any strategy sold in a window
-	// on this machine (under 8,000 a second); a trial that sells out anyway
-	// is flagged. The sells-out stock runs out early in the window.
-	cfg.StockPlenty = int(20000 * max(cfg.Duration.Seconds(), 1))
+	// on this machine (combine: about 20,000 a second); a trial that sells
+	// out anyway is flagged. The sells-out stock runs out early in the window.
+	cfg.StockPlenty = int(50000 * max(cfg.Duration.Seconds(), 1))
 	cfg.StockSellsOut = 100
 
 	var metas []strategy.Meta

@@ -16,7 +16,7 @@ import (
 // -render can write it again; the raw profile is written next to the
 // results, not committed.
 type clientProfile struct {
-	Samples int64 `json:"samples"` // at bench.ProfileHz
+	Samples int64 `json:"samples"` // at pprof's 100 Hz
 	// Categories split the CPU time by the frame it was spent in (flat),
 	// ordered by share; they add up to 1.
 	Categories []share `json:"categories"`

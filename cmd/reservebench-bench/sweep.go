@@ -409,6 +409,9 @@ func (s *sweep) rounds(ctx context.Context, title string, groups [][]cell) error
 
 func (s *sweep) one(ctx context.Context, c cell, round int) error {
 	stock := s.cfg.StockPlenty
+	if c.Exp == expProfile { // a longer window: as many units per second
+		stock = int(float64(stock) * max(s.cfg.ProfileWindow, s.cfg.Duration).Seconds() / s.cfg.Duration.Seconds())
+	}
 	if c.Stock == "sellsout" {
 		stock = s.cfg.StockSellsOut
 	}
