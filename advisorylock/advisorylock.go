@@ -81,6 +81,11 @@ func New(opts Options) strategy.Meta {
 		Name:        Name,
 		Description: "no counter: per-SKU advisory lock, count active rows, insert",
 		Correctness: "the count and the insert happen under one per-SKU lock held until commit",
+		// The transactions begin at the server's default level, and the
+		// count relies on it being READ COMMITTED: a snapshot taken after
+		// the lock was granted.
+		Isolation: "read committed",
+		Retry:     "none: the lock serialises the SKU's reservations, nothing can fail for another's sake",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
 			strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart | strategy.LeastPrivilege,
 		Open:   pgstrategy.Bind(Open, opts),

@@ -125,9 +125,17 @@ func benchmarkReserve(b *testing.B, m strategy.Meta, clients int) {
 	b.ResetTimer()
 	run := bench.DriveN(ctx, dep.Node(0), load, b.N)
 	b.StopTimer()
-	if run.Errors > 0 || run.Held != int64(b.N) {
+	// A refusal on a stock that cannot sell out is a broken strategy. An
+	// error is an unknown outcome the contract allows: a strategy whose
+	// retries are bounded (hotrow at REPEATABLE READ under contention)
+	// gives up some requests, and that is a measurement, not a failure.
+	if run.Held+run.Errors != int64(b.N) {
 		b.Fatalf("%d of %d HELD, %d errors (first: %s), outcomes %v", run.Held, b.N, run.Errors, run.FirstErr, run.Outcomes)
 	}
+	if run.Errors > 0 {
+		b.Logf("%d of %d requests ended in an error (unknown outcome), first: %s", run.Errors, b.N, run.FirstErr)
+	}
+	b.ReportMetric(float64(run.Errors)/float64(b.N), "errors/op")
 	b.ReportMetric(run.Goodput, "succ/s")
 	b.ReportMetric(run.HeldLatency.P50, "p50-ms")
 	b.ReportMetric(run.HeldLatency.P99, "p99-ms")

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +22,13 @@ type CPUUsage struct {
 	CtxSwitches int64 `json:"ctx_switches"`
 	// Seconds is the window's length.
 	Seconds float64 `json:"seconds"`
+	// Client is the CPU time (user + system, seconds) of the client alone:
+	// for Go, this process during the window (the load generator, pgx, the
+	// strategy's Go code, the runtime); for pgbench, its process over its
+	// whole run (connections, the window, and writing its log). With the
+	// client's answers it says what each tool spends per answer on the
+	// cores it shares with the server.
+	Client float64 `json:"client_cpu_s"`
 }
 
 type cpuStat struct {
@@ -30,10 +38,20 @@ type cpuStat struct {
 	ctxt  int64
 	ncpu  int
 	ok    bool
+	self  time.Duration // this process's CPU time (getrusage)
+}
+
+// processCPU is this process's user + system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func readCPU() cpuStat {
-	s := cpuStat{at: time.Now()}
+	s := cpuStat{at: time.Now(), self: processCPU()}
 	f, err := os.Open("/proc/stat")
 	if err != nil {
 		return s
@@ -74,7 +92,7 @@ func (s cpuStat) since(before cpuStat) CPUUsage {
 	if !s.ok || !before.ok {
 		return CPUUsage{}
 	}
-	u := CPUUsage{CtxSwitches: s.ctxt - before.ctxt, Seconds: s.at.Sub(before.at).Seconds()}
+	u := CPUUsage{CtxSwitches: s.ctxt - before.ctxt, Seconds: s.at.Sub(before.at).Seconds(), Client: (s.self - before.self).Seconds()}
 	if total := s.total - before.total; total > 0 {
 		n := s.ncpu
 		if n == 0 {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -34,16 +35,23 @@ const (
 
 // Load is the client side of a trial: who sends what, and when.
 type Load struct {
-	// Clients is the number of concurrent clients: in a closed loop each
-	// sends its next request when the previous one is answered; in an open
-	// loop they are the workers that send the planned requests.
+	// Clients is the number of concurrent clients of a closed loop: each
+	// sends its next request when the previous one is answered. An open
+	// loop has no clients: see MaxInFlight.
 	Clients int
 	// Duration is the measured window. A request still in flight when it
 	// closes runs to its end (cancelling it could leave its outcome unknown)
 	// but is not counted in rates or latencies.
 	Duration time.Duration
-	// SKU is the SKU every request asks for.
+	// SKU is the SKU every request asks for, unless SKUs is set.
 	SKU string
+	// SKUs, when set, are the SKUs the requests spread over: each request
+	// asks for SKUs[i] with i drawn from a Zipf distribution of exponent
+	// Zipf (math/rand/v2: P(i) proportional to (1+i)^-Zipf), so SKUs[0]
+	// is the most popular. Every client draws from a generator of its own,
+	// seeded from Seed.
+	SKUs []string
+	Zipf float64
 	// KeyBase makes the trial's keys unique: client c's n-th request (n from
 	// 1) has key and user KeyBase + c*KeyStride + n, as the pgbench prologue
 	// computes them, so both tools send requests of the same shape.
@@ -51,12 +59,22 @@ type Load struct {
 	// TTL of every reservation (default strategy.TTLForever).
 	TTL time.Duration
 
-	// Rate > 0 makes the loop open: requests are planned on a Poisson
-	// schedule of Rate per second (exponential gaps, like pgbench --rate),
-	// and a request's latency is measured from its planned send time, so
-	// the time it waited for a free client counts (no coordinated
-	// omission).
+	// Rate > 0 makes the loop open, the model of k6's constant-arrival-rate
+	// executor and of wrk2: requests are planned on a Poisson schedule of
+	// Rate per second (exponential gaps, like pgbench --rate), and each is
+	// sent at its planned time by a goroutine of its own, however many are
+	// still in flight, up to MaxInFlight. So the schedule does not wait for
+	// the system under test, and lateness (the send time after the planned
+	// time) is only the generator's own timer; a request's latency is
+	// measured from its planned time, so nothing is omitted. A request
+	// planned while MaxInFlight are in flight is not sent, and counted
+	// (Run.Dropped, k6's dropped iterations): the system was that far
+	// behind.
 	Rate float64
+	// MaxInFlight caps the open loop's requests in flight; 0 means
+	// DefaultMaxInFlight. The connections they share are the strategy's
+	// pool, whose size the caller chooses.
+	MaxInFlight int
 	// LateLimit: an open-loop request that could only be sent more than this
 	// after its planned time is skipped and counted as never sent (pgbench
 	// --latency-limit does the same). 0: never skip.
@@ -72,6 +90,11 @@ type Load struct {
 // KeyStride separates the key ranges of clients: at most 10^9 requests per
 // client and trial.
 const KeyStride = 1_000_000_000
+
+// DefaultMaxInFlight is the open loop's cap on requests in flight when
+// Load.MaxInFlight is 0: far more than any strategy here keeps busy at the
+// rates the sweep plans, so reaching it means the system fell behind.
+const DefaultMaxInFlight = 1024
 
 // Key returns the request key (and user) of client c's n-th request.
 func (l Load) Key(c int, n int64) string {
@@ -125,12 +148,15 @@ type Run struct {
 	FirstErr string `json:"first_error,omitempty"`
 
 	// Open loop only.
-	Planned   int64     `json:"planned,omitempty"`    // requests planned inside the window
-	Sent      int64     `json:"sent,omitempty"`       // requests sent
-	Skipped   int64     `json:"skipped,omitempty"`    // dropped: more than LateLimit late
-	NeverSent int64     `json:"never_sent,omitempty"` // planned in the window, not sent before it closed
-	Late      int64     `json:"late,omitempty"`       // sent more than 1 ms after the planned time
-	Lag       Quantiles `json:"schedule_lag"`         // send time minus planned time
+	Planned     int64     `json:"planned,omitempty"`       // requests planned inside the window
+	Sent        int64     `json:"sent,omitempty"`          // requests sent
+	Skipped     int64     `json:"skipped,omitempty"`       // not sent: more than LateLimit late
+	NeverSent   int64     `json:"never_sent,omitempty"`    // planned in the window, not sent before it closed
+	Dropped     int64     `json:"dropped,omitempty"`       // not sent: MaxInFlight requests were in flight
+	Late        int64     `json:"late,omitempty"`          // sent more than 1 ms after the planned time
+	Lag         Quantiles `json:"schedule_lag"`            // send time minus planned time
+	InFlightCap int       `json:"in_flight_cap,omitempty"` // MaxInFlight
+	MaxInFlight int64     `json:"max_in_flight,omitempty"` // the most requests in flight at once
 
 	// CPU is what the machine did during the window (Linux; zero elsewhere).
 	CPU CPUUsage `json:"cpu"`
@@ -168,7 +194,7 @@ type clientRec struct {
 	lastHeld time.Duration
 	firstErr error
 
-	sent, skipped, neverSent, late int64
+	sent, skipped, neverSent, dropped, late int64
 }
 
 func (c *clientRec) add(class Class, label string, lat time.Duration, inWindow bool, at time.Duration) {
@@ -218,46 +244,45 @@ func classify(res strategy.Result, err error) (Class, string, time.Duration) {
 // Drive runs the load against s and returns what the clients saw. It never
 // fails: errors from s are counted (ClassError) and the first one kept.
 func Drive(ctx context.Context, s strategy.Strategy, l Load) *Run {
-	if l.Clients < 1 {
-		l.Clients = 1
-	}
 	if l.TTL <= 0 {
 		l.TTL = strategy.TTLForever
+	}
+	if l.Rate > 0 {
+		return driveOpen(ctx, s, l)
+	}
+	if l.Clients < 1 {
+		l.Clients = 1
 	}
 	recs := make([]*clientRec, l.Clients)
 	for i := range recs {
 		recs[i] = &clientRec{outcomes: map[string]int64{}}
-		if l.Rate > 0 {
-			recs[i].lag = newHist()
-		}
 	}
 	var lv live
 	startGate := make(chan struct{})
 	var wg sync.WaitGroup
 	var start, deadline time.Time
-	var sched *schedule
 	for c := 0; c < l.Clients; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-startGate
-			if l.Rate > 0 {
-				openClient(ctx, s, l, c, recs[c], sched, start, deadline, &lv)
-			} else {
-				closedClient(ctx, s, l, c, recs[c], start, deadline, &lv)
-			}
+			closedClient(ctx, s, l, c, recs[c], start, deadline, &lv)
 		}()
 	}
 	cpu0 := readCPU()
 	start = time.Now()
 	deadline = start.Add(l.Duration)
-	if l.Rate > 0 {
-		sched = newSchedule(l.Rate, l.Seed, start)
-	}
 	stopProgress := progress(l, &lv, start)
 	close(startGate)
-	// The CPU window closes with the measured window, not with the
-	// stragglers that finish after it.
+	cpuDone := cpuOfWindow(ctx, cpu0, deadline)
+	wg.Wait()
+	stopProgress()
+	return collect(l, recs, l.Duration, <-cpuDone, 0)
+}
+
+// cpuOfWindow reads the machine's CPU counters when the window closes, not
+// when the stragglers that finish after it do.
+func cpuOfWindow(ctx context.Context, cpu0 cpuStat, deadline time.Time) <-chan CPUUsage {
 	cpuDone := make(chan CPUUsage, 1)
 	go func() {
 		t := time.NewTimer(time.Until(deadline))
@@ -268,14 +293,142 @@ func Drive(ctx context.Context, s strategy.Strategy, l Load) *Run {
 		}
 		cpuDone <- readCPU().since(cpu0)
 	}()
-	wg.Wait()
-	stopProgress()
+	return cpuDone
+}
 
-	var neverSent int64
-	if l.Rate > 0 {
-		neverSent = sched.drain(deadline)
+// skuPicker chooses each request's SKU: always l.SKU, or a Zipf draw over
+// l.SKUs from a generator of the caller's own.
+type skuPicker struct {
+	one  string
+	many []string
+	zipf *rand.Zipf
+}
+
+func newPicker(l Load, seed uint64) *skuPicker {
+	if len(l.SKUs) == 0 {
+		return &skuPicker{one: l.SKU}
 	}
-	return collect(l, recs, l.Duration, <-cpuDone, neverSent)
+	r := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
+	return &skuPicker{many: l.SKUs, zipf: rand.NewZipf(r, l.Zipf, 1, uint64(len(l.SKUs)-1))}
+}
+
+func (p *skuPicker) next() string {
+	if p.zipf == nil {
+		return p.one
+	}
+	return p.many[p.zipf.Uint64()]
+}
+
+// ZipfShares returns the probability of each of n SKUs under the Zipf
+// distribution Load.Zipf draws from (exponent s, v = 1): P(i) proportional
+// to (1+i)^-s. The sweep sizes each SKU's stock from it.
+func ZipfShares(n int, s float64) []float64 {
+	out := make([]float64, n)
+	sum := 0.0
+	for i := range out {
+		out[i] = math.Pow(float64(1+i), -s)
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// driveOpen is the open loop (Load.Rate): one dispatcher walks the Poisson
+// schedule and starts each request at its planned time on a goroutine of
+// its own; a collector records the answers. Only the dispatcher touches the
+// schedule counters, only the collector the answer histograms.
+func driveOpen(ctx context.Context, s strategy.Strategy, l Load) *Run {
+	limit := l.MaxInFlight
+	if limit <= 0 {
+		limit = DefaultMaxInFlight
+	}
+	rec := &clientRec{outcomes: map[string]int64{}, lag: newHist()}
+	type answer struct {
+		class    Class
+		label    string
+		lat      time.Duration
+		inWindow bool
+		at       time.Duration
+		err      error
+	}
+	answers := make(chan answer, limit)
+	var lv live
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for a := range answers {
+			if a.class == ClassError && rec.firstErr == nil {
+				rec.firstErr = a.err
+			}
+			rec.add(a.class, a.label, a.lat, a.inWindow, a.at)
+			lv.answered(a.class, a.lat)
+		}
+	}()
+
+	cpu0 := readCPU()
+	start := time.Now()
+	deadline := start.Add(l.Duration)
+	sched := newSchedule(l.Rate, l.Seed, start)
+	pick := newPicker(l, l.Seed)
+	stopProgress := progress(l, &lv, start)
+	cpuDone := cpuOfWindow(ctx, cpu0, deadline)
+	slots := make(chan struct{}, limit)
+	var inFlight, most atomic.Int64
+	var wg sync.WaitGroup
+	var n int64
+	for {
+		planned, ok := sched.next(deadline)
+		if !ok {
+			break
+		}
+		if !sleepUntil(ctx, planned, deadline) {
+			rec.neverSent++
+			break
+		}
+		sendAt := time.Now()
+		lag := sendAt.Sub(planned)
+		if l.LateLimit > 0 && lag > l.LateLimit {
+			rec.skipped++
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			rec.dropped++
+			continue
+		}
+		rec.sent++
+		if lag > time.Millisecond {
+			rec.late++
+		}
+		record(rec.lag, lag)
+		n++
+		key := l.Key(0, n)
+		req := strategy.Request{Key: key, User: key, SKU: pick.next(), TTL: l.TTL}
+		if cur := inFlight.Add(1); cur > most.Load() {
+			most.Store(cur) // only the dispatcher stores: no lost update
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Reserve(ctx, req)
+			t1 := time.Now()
+			inFlight.Add(-1)
+			<-slots
+			class, label, _ := classify(res, err)
+			answers <- answer{class: class, label: label, lat: t1.Sub(planned), inWindow: !t1.After(deadline), at: t1.Sub(start), err: err}
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	<-collected
+	stopProgress()
+	rec.neverSent += sched.drain(deadline)
+	r := collect(l, []*clientRec{rec}, l.Duration, <-cpuDone, 0)
+	r.InFlightCap, r.MaxInFlight = limit, most.Load()
+	return r
 }
 
 // collect merges the clients' records into a Run.
@@ -310,13 +463,14 @@ func collect(l Load, recs []*clientRec, window time.Duration, cpu CPUUsage, neve
 		r.Sent += c.sent
 		r.Skipped += c.skipped
 		r.NeverSent += c.neverSent
+		r.Dropped += c.dropped
 		r.Late += c.late
 	}
 	if len(errs) > 0 {
 		r.FirstErr = errs[0].Error()
 	}
 	if l.Rate > 0 {
-		r.Planned = r.Sent + r.Skipped + r.NeverSent
+		r.Planned = r.Sent + r.Skipped + r.NeverSent + r.Dropped
 	}
 	r.Goodput = float64(r.Held) / r.Window
 	r.Throughput = float64(r.Held+r.Refused+r.Shed+r.Errors) / r.Window
@@ -349,6 +503,7 @@ func DriveN(ctx context.Context, s strategy.Strategy, l Load, n int) *Run {
 		go func() {
 			defer wg.Done()
 			rec := recs[c]
+			pick := newPicker(l, l.Seed+uint64(c))
 			for {
 				i := next.Add(1)
 				if i > int64(n) {
@@ -356,7 +511,7 @@ func DriveN(ctx context.Context, s strategy.Strategy, l Load, n int) *Run {
 				}
 				key := l.Key(c, i)
 				t0 := time.Now()
-				res, err := s.Reserve(ctx, strategy.Request{Key: key, User: key, SKU: l.SKU, TTL: l.TTL})
+				res, err := s.Reserve(ctx, strategy.Request{Key: key, User: key, SKU: pick.next(), TTL: l.TTL})
 				t1 := time.Now()
 				class, label, _ := classify(res, err)
 				if class == ClassError && rec.firstErr == nil {
@@ -376,9 +531,10 @@ func DriveN(ctx context.Context, s strategy.Strategy, l Load, n int) *Run {
 // same key: a refusal wrote nothing) after the Retry-After it was given;
 // each send is timed on its own.
 func closedClient(ctx context.Context, s strategy.Strategy, l Load, c int, rec *clientRec, start, deadline time.Time, lv *live) {
+	pick := newPicker(l, l.Seed+uint64(c))
 	for n := int64(1); ; n++ {
 		key := l.Key(c, n)
-		req := strategy.Request{Key: key, User: key, SKU: l.SKU, TTL: l.TTL}
+		req := strategy.Request{Key: key, User: key, SKU: pick.next(), TTL: l.TTL}
 		for {
 			t0 := time.Now()
 			if !t0.Before(deadline) || ctx.Err() != nil {
@@ -400,46 +556,6 @@ func closedClient(ctx context.Context, s strategy.Strategy, l Load, c int, rec *
 				return
 			}
 		}
-	}
-}
-
-// openClient takes the next planned request from the shared schedule,
-// waits for its planned time, and sends it. Its latency is measured from the
-// planned time.
-func openClient(ctx context.Context, s strategy.Strategy, l Load, c int, rec *clientRec, sched *schedule, start, deadline time.Time, lv *live) {
-	for n := int64(1); ; n++ {
-		planned, ok := sched.next(deadline)
-		if !ok {
-			return
-		}
-		if !sleepUntil(ctx, planned, deadline) {
-			rec.neverSent++
-			return
-		}
-		sendAt := time.Now()
-		if !sendAt.Before(deadline) {
-			rec.neverSent++
-			return
-		}
-		lag := sendAt.Sub(planned)
-		if l.LateLimit > 0 && lag > l.LateLimit {
-			rec.skipped++
-			continue
-		}
-		rec.sent++
-		if lag > time.Millisecond {
-			rec.late++
-		}
-		record(rec.lag, lag)
-		key := l.Key(c, n)
-		res, err := s.Reserve(ctx, strategy.Request{Key: key, User: key, SKU: l.SKU, TTL: l.TTL})
-		t1 := time.Now()
-		class, label, _ := classify(res, err)
-		if class == ClassError && rec.firstErr == nil {
-			rec.firstErr = err
-		}
-		rec.add(class, label, t1.Sub(planned), !t1.After(deadline), t1.Sub(start))
-		lv.answered(class, t1.Sub(planned))
 	}
 }
 

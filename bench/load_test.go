@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,32 +101,76 @@ func TestDriveClosedWindow(t *testing.T) {
 	}
 }
 
-// TestDriveOpenLoop: with a service slower than the arrivals, requests
-// queue: every planned request is either sent, skipped as too late, or
-// never sent, and latency (from the planned time) includes the lag.
+// TestDriveOpenLoop: arrivals do not wait for answers. A service of 2 ms
+// at 2000 requests a second keeps several requests in flight, and every
+// planned request is sent; with the cap at one in flight the schedule still
+// runs on, and the requests it could not send are counted as dropped.
+// Either way every planned request is accounted for, and latency is
+// measured from the planned time.
 func TestDriveOpenLoop(t *testing.T) {
-	f := &fakeStock{delay: 2 * time.Millisecond}
+	for _, limit := range []int{0, 1} {
+		f := &fakeStock{delay: 2 * time.Millisecond}
+		f.units.Store(1 << 40)
+		run := bench.Drive(context.Background(), f, bench.Load{SKU: "s", Duration: 200 * time.Millisecond,
+			Rate: 2000, MaxInFlight: limit, Seed: 1})
+		if run.Loop != "open" {
+			t.Fatalf("loop %s", run.Loop)
+		}
+		if run.Planned != run.Sent+run.Skipped+run.NeverSent+run.Dropped {
+			t.Errorf("cap %d: planned %d != sent %d + skipped %d + never sent %d + dropped %d", limit, run.Planned, run.Sent, run.Skipped, run.NeverSent, run.Dropped)
+		}
+		if run.Lag.N != run.Sent || run.Sent == 0 {
+			t.Errorf("cap %d: lag recorded for %d of %d sent requests", limit, run.Lag.N, run.Sent)
+		}
+		if run.HeldLatency.P50 < 2 {
+			t.Errorf("cap %d: median latency %.3f ms, below the service's 2 ms", limit, run.HeldLatency.P50)
+		}
+		switch limit {
+		case 0:
+			if run.InFlightCap != bench.DefaultMaxInFlight || run.MaxInFlight < 2 || run.Dropped != 0 {
+				t.Errorf("no cap to speak of: %d in flight at most (cap %d), %d dropped; want several and none", run.MaxInFlight, run.InFlightCap, run.Dropped)
+			}
+		case 1:
+			if run.MaxInFlight != 1 || run.Dropped == 0 {
+				t.Errorf("cap 1: %d in flight at most, %d dropped; want 1 and some", run.MaxInFlight, run.Dropped)
+			}
+		}
+	}
+}
+
+// TestZipfSKUs: requests spread over the SKUs with the most popular first,
+// and ZipfShares sums to one.
+func TestZipfSKUs(t *testing.T) {
+	skus := []string{"a", "b", "c", "d"}
+	f := &fakeStock{keys: make(chan string, 1)}
 	f.units.Store(1 << 40)
-	run := bench.Drive(context.Background(), f, bench.Load{Clients: 1, SKU: "s", Duration: 100 * time.Millisecond,
-		Rate: 2000, LateLimit: 20 * time.Millisecond, Seed: 1})
-	if run.Loop != "open" {
-		t.Fatalf("loop %s", run.Loop)
+	count := map[string]int{}
+	var mu sync.Mutex
+	counting := countingStrategy{fakeStock: f, count: count, mu: &mu}
+	bench.DriveN(context.Background(), counting, bench.Load{Clients: 2, SKUs: skus, Zipf: 1.5, Seed: 3}, 2000)
+	if len(count) != 4 || !(count["a"] > count["b"] && count["b"] > count["d"]) {
+		t.Errorf("counts per SKU %v: want every SKU, the first most often", count)
 	}
-	if run.Planned != run.Sent+run.Skipped+run.NeverSent {
-		t.Errorf("planned %d != sent %d + skipped %d + never sent %d", run.Planned, run.Sent, run.Skipped, run.NeverSent)
+	sum := 0.0
+	for _, p := range bench.ZipfShares(1000, 1.1) {
+		sum += p
 	}
-	if run.Skipped+run.NeverSent == 0 {
-		t.Errorf("one worker with a 2 ms service cannot send 2000/s, yet nothing was left unsent: %+v", run)
+	if math.Abs(sum-1) > 1e-9 {
+		t.Errorf("shares sum to %v", sum)
 	}
-	if run.Lag.N != run.Sent || run.Lag.N == 0 {
-		t.Errorf("lag recorded for %d of %d sent requests", run.Lag.N, run.Sent)
-	}
-	// The service takes 2 ms; the queue makes requests up to 20 ms late
-	// (then they are skipped). Latency measured from the send time would
-	// stay near 2 ms; from the planned time it reaches the lag.
-	if run.Lag.Max < 10 || run.HeldLatency.Max < 10 {
-		t.Errorf("lag max %.3f ms, latency max %.3f ms: both should reach the queue's lag (> 10 ms)", run.Lag.Max, run.HeldLatency.Max)
-	}
+}
+
+type countingStrategy struct {
+	*fakeStock
+	count map[string]int
+	mu    *sync.Mutex
+}
+
+func (c countingStrategy) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	c.mu.Lock()
+	c.count[req.SKU]++
+	c.mu.Unlock()
+	return c.fakeStock.Reserve(ctx, req)
 }
 
 // TestDriveShed: refusals of an admission gate are their own class, with

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
@@ -144,10 +147,19 @@ type Spec struct {
 	// Stock is the number of units of the trial's SKU. Every trial opens a
 	// fresh deployment with a SKU of its own.
 	Stock int
+	// SKUs > 1 spreads the requests over that many SKUs of the trial's own
+	// with Zipf-distributed popularity (Load.SKUs, Load.Zipf), SKU i with
+	// ceil(2 * Stock * share(i)) + 20 units: twice its expected share of a
+	// never-sells-out stock, and a few for the tail. Go only.
+	SKUs int
+	Zipf float64
 	// Rate > 0 runs an open loop at this many requests per second
-	// (Load.Rate, pgbench --rate); LateLimit as in Load.
-	Rate      float64
-	LateLimit time.Duration
+	// (Load.Rate, pgbench --rate); LateLimit and MaxInFlight as in Load.
+	// Clients is then the size of the Go pool (the connections the
+	// requests in flight share) and pgbench's -c.
+	Rate        float64
+	LateLimit   time.Duration
+	MaxInFlight int
 	// Admission, when set, puts an admission.Gate with these limits in front
 	// of the node (Go only), and sizes the pool to InFlight connections.
 	Admission *admission.Limits
@@ -159,6 +171,9 @@ type Spec struct {
 	ProgressEvery time.Duration
 	// Seed of an open loop's schedule.
 	Seed uint64
+	// CPUProfile, when set, receives a CPU profile (runtime/pprof) of this
+	// process while the Go client runs: what the client's time goes to.
+	CPUProfile io.Writer
 }
 
 // Trial is the result of one Spec.
@@ -170,6 +185,7 @@ type Trial struct {
 	Stock     int               `json:"stock"`
 	Admission *admission.Limits `json:"admission,omitempty"`
 	SKU       string            `json:"sku"`
+	SKUs      int               `json:"skus,omitempty"` // > 1: requests spread over this many SKUs (Spec.SKUs)
 	Started   time.Time         `json:"started"`
 	Run       *Run              `json:"run"`
 	Cost      Cost              `json:"cost"`
@@ -177,14 +193,36 @@ type Trial struct {
 	Waits     *Waits            `json:"waits,omitempty"`
 	Gate      *admission.Stats  `json:"gate,omitempty"`
 	Pgbench   *PgbenchResult    `json:"pgbench,omitempty"`
-	// Audit is the deployment's conservation audit after the trial. For
-	// pgbench trials of strategies that count in memory, only Active (rows
-	// the script wrote) means anything.
+	// Audit is the deployment's conservation audit after the trial, summed
+	// over its SKUs. For pgbench trials of strategies that count in memory,
+	// only Active (rows the script wrote) means anything.
 	Audit strategy.StockAudit `json:"audit"`
+	// Retries are the transactions the deployment ran again (Retrier), and
+	// Batches its batches (BatchCounter), when it counts them; Go only.
+	Retries *int64       `json:"retries,omitempty"`
+	Batches *BatchCounts `json:"batches,omitempty"`
 	// SoldOut: a stock meant never to sell out did (some request was
 	// answered SOLD_OUT, or pgbench made as many reservations as there were
 	// units). Such a trial is not a never-sells-out measurement.
 	SoldOut bool `json:"sold_out"`
+}
+
+// Retrier is implemented by deployments that count the transactions they
+// ran again after PostgreSQL refused them (hotrow's Retries).
+type Retrier interface{ Retries() int64 }
+
+// BatchCounter is implemented by deployments that serve requests in
+// batches (combine): how many batches since Open, how many requests they
+// carried, and the most one carried.
+type BatchCounter interface {
+	BatchCounts() (batches, requests, largest int64)
+}
+
+// BatchCounts is a trial's BatchCounter reading.
+type BatchCounts struct {
+	Batches  int64 `json:"batches"`
+	Requests int64 `json:"requests"`
+	Largest  int64 `json:"largest"`
 }
 
 // RunTrial opens a fresh deployment of spec.Meta with a SKU of its own,
@@ -206,7 +244,21 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	t := &Trial{Strategy: spec.Meta.Name, Tool: spec.Tool, Control: spec.Control, Clients: spec.Clients,
 		Stock: spec.Stock, Admission: spec.Admission, SKU: sku, Started: time.Now()}
 	load := Load{Clients: spec.Clients, Duration: spec.Duration, SKU: sku, KeyBase: serial * 10_000 * KeyStride,
-		Rate: spec.Rate, LateLimit: spec.LateLimit, Seed: spec.Seed + uint64(serial)}
+		Rate: spec.Rate, LateLimit: spec.LateLimit, MaxInFlight: spec.MaxInFlight, Seed: spec.Seed + uint64(serial)}
+	stock := []strategy.Stock{{SKU: sku, Total: spec.Stock}}
+	if spec.SKUs > 1 {
+		if spec.Tool != ToolGo {
+			return nil, errors.New("bench: many SKUs run with the Go client only")
+		}
+		t.SKUs = spec.SKUs
+		stock = stock[:0]
+		for i, share := range ZipfShares(spec.SKUs, spec.Zipf) {
+			name := fmt.Sprintf("%s-%04d", sku, i)
+			load.SKUs = append(load.SKUs, name)
+			stock = append(stock, strategy.Stock{SKU: name, Total: int(math.Ceil(2*float64(spec.Stock)*share)) + 20})
+		}
+		load.Zipf = spec.Zipf
+	}
 
 	poolSize := spec.Clients
 	if spec.Tool == ToolPgbench {
@@ -224,7 +276,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	if err != nil {
 		return nil, err
 	}
-	dep, err := spec.Meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: spec.Stock}}, Nodes: 1, Resources: res.Addrs()})
+	dep, err := spec.Meta.Open(ctx, strategy.Config{DB: pool, Stock: stock, Nodes: 1, Resources: res.Addrs()})
 	if err != nil {
 		return nil, fmt.Errorf("bench: open %s: %w", spec.Meta.Name, err)
 	}
@@ -287,7 +339,15 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 			}
 			load.ProgressEvery = spec.ProgressEvery
 		}
+		if spec.CPUProfile != nil {
+			if err := pprof.StartCPUProfile(spec.CPUProfile); err != nil {
+				return nil, fmt.Errorf("bench: cpu profile: %w", err)
+			}
+		}
 		t.Run = Drive(ctx, s, load)
+		if spec.CPUProfile != nil {
+			pprof.StopCPUProfile()
+		}
 		if gate != nil {
 			st := gate.Stats()
 			t.Gate = &st
@@ -299,10 +359,14 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 			"sku":    sku,
 			"ttl_us": strconv.FormatInt(strategy.TTLForever.Microseconds(), 10),
 		}
+		tries := 0
+		if pr, ok := dep.(PgbenchRetrier); ok && spec.Control == "" {
+			tries = pr.PgbenchMaxTries()
+		}
 		t.Run, t.Pgbench, err = e.Pgbench.run(ctx, pgbenchRun{
 			dsn: db.DSN, script: PgbenchPrologue + script, vars: vars,
 			clients: spec.Clients, threads: runtime.NumCPU(), duration: spec.Duration, txns: spec.Transactions,
-			rate: spec.Rate, lateLimit: spec.LateLimit, progress: spec.Progress,
+			rate: spec.Rate, lateLimit: spec.LateLimit, maxTries: tries, progress: spec.Progress,
 		})
 		if err != nil {
 			if smp != nil {
@@ -342,8 +406,22 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: audit: %w", err)
 	}
-	if len(audits) == 1 {
-		t.Audit = audits[0]
+	for _, a := range audits {
+		t.Audit.Total += a.Total
+		t.Audit.Available += a.Available
+		t.Audit.Active += a.Active
+	}
+	t.Audit.SKU = sku
+	if spec.Tool == ToolGo {
+		if r, ok := dep.(Retrier); ok {
+			n := r.Retries()
+			t.Retries = &n
+		}
+		if b, ok := dep.(BatchCounter); ok {
+			var c BatchCounts
+			c.Batches, c.Requests, c.Largest = b.BatchCounts()
+			t.Batches = &c
+		}
 	}
 	t.SoldOut = t.Run.Outcomes[string(strategy.OutcomeSoldOut)] > 0 ||
 		(spec.Tool == ToolPgbench && t.Audit.Active >= spec.Stock)

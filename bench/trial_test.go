@@ -41,7 +41,16 @@ func TestTrials(t *testing.T) {
 			if a := tr.Audit; a.Drift() != 0 || int64(a.Active) != run.HeldTotal {
 				t.Errorf("audit %+v after %d HELD", a, run.HeldTotal)
 			}
-			if c := tr.Cost; c.Commits < run.HeldTotal || c.RowsWritten < run.HeldTotal || c.WALBytes <= 0 || c.Queries < run.HeldTotal {
+			// One commit and one query at least per HELD, or per batch for
+			// a strategy that serves its requests in batches.
+			perCommit := run.HeldTotal
+			if b := tr.Batches; b != nil {
+				if b.Requests < run.HeldTotal || b.Batches < 1 {
+					t.Errorf("batches %+v for %d HELD", b, run.HeldTotal)
+				}
+				perCommit = b.Batches
+			}
+			if c := tr.Cost; c.Commits < perCommit || c.RowsWritten < run.HeldTotal || c.WALBytes <= 0 || c.Queries < perCommit {
 				t.Errorf("cost %+v for %d HELD", c, run.HeldTotal)
 			}
 			if tr.Waits == nil || tr.Waits.Samples == 0 {

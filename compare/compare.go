@@ -53,9 +53,8 @@ type Options struct {
 	// ExclusiveDatabase gives a strategy a database on a server nothing else
 	// uses, with control over that server, for the scenarios marked
 	// exclusive_server (crash, commit timeout, failover); its ctx names the
-	// scenario's lane (laneOf), which may have a server of its own. Those
-	// scenarios run one
-	// strategy at a time. Nil: they are reported as not supported.
+	// scenario's lane (laneOf), which may have a server of its own. A lane
+	// runs one strategy at a time. Nil: they are reported as not supported.
 	ExclusiveDatabase func(ctx context.Context, strategy string) (db, admin *pgxpool.Pool, srv strategytest.ServerControl, done func(), err error)
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
@@ -63,6 +62,9 @@ type Options struct {
 	// front of the strategy (strategytest.Env.Admission): the negative
 	// controls that break the front set it.
 	Admission func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
+	// Cost measures each strategy's cost per successful reservation
+	// (measureCost) before its scenarios.
+	Cost bool
 }
 
 // Report is the outcome of a run.
@@ -87,6 +89,9 @@ type Source struct {
 	Scenarios string
 	// Tradeoffs is the link to the guide on reading the table; empty: none.
 	Tradeoffs string
+	// Performance is the link to the timings (docs/performance.md); empty:
+	// none.
+	Performance string
 	// LastRun names the file with what varies between runs.
 	LastRun string
 }
@@ -94,10 +99,11 @@ type Source struct {
 func (s Source) orDefault() Source {
 	if s == (Source{}) {
 		return Source{
-			Generator: "`go test ./compare` (compare/table_test.go)",
-			Scenarios: "../strategy/strategytest/scenarios",
-			Tradeoffs: "tradeoffs.md",
-			LastRun:   "compare/last-run.json",
+			Generator:   "`go test ./compare` (compare/table_test.go)",
+			Scenarios:   "../strategy/strategytest/scenarios",
+			Tradeoffs:   "tradeoffs.md",
+			Performance: "performance.md",
+			LastRun:     "compare/last-run.json",
 		}
 	}
 	return s
@@ -119,6 +125,8 @@ func (s Source) link(text, file string) string {
 type StrategyReport struct {
 	Meta    strategy.Meta
 	Results []*strategytest.Result // in the order of Report.Scenarios
+	// Cost is what a successful reservation costs, when Options.Cost.
+	Cost *Cost
 }
 
 // ControlReport is a negative control: a deliberately broken strategy that
@@ -175,57 +183,93 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			rep.Strategies[i] = runStrategy(ctx, opts, meta, scenarios)
+			rep.Strategies[i] = runStrategy(ctx, opts, meta, scenarios, sem)
 		}()
 	}
 	wg.Wait()
 	return rep, ctx.Err()
 }
 
-// runStrategy runs every scenario against one strategy on a database of its
-// own. Whatever goes wrong becomes an ERROR result of the scenario it
-// happened in.
-func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario) *StrategyReport {
-	sr := &StrategyReport{Meta: meta}
-	start := time.Now()
-	db, admin, done, err := opts.Database(ctx, meta.Name)
-	if err != nil {
-		for _, in := range scenarios {
-			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("database for %s: %w", meta.Name, err)))
+// runStrategy runs every scenario against one strategy. The scenarios that
+// need a server of their own run in their lanes (lanes.go), one strategy at
+// a time per lane, while the others run on a database of the strategy's
+// own with a slot of sem: the lanes overlap the slots, so the exclusive
+// scenarios of every strategy, added up, never queue behind the rest.
+// Whatever goes wrong becomes an ERROR result of the scenario it happened
+// in.
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario, sem chan struct{}) *StrategyReport {
+	sr := &StrategyReport{Meta: meta, Results: make([]*strategytest.Result, len(scenarios))}
+	logf := func(r *strategytest.Result, in *strategytest.Scenario) {
+		if opts.Logf != nil {
+			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
+		}
+	}
+	failAll := func(err error) *StrategyReport {
+		for i, in := range scenarios {
+			if sr.Results[i] == nil {
+				sr.Results[i] = errored(meta, in, err)
+			}
 		}
 		return sr
 	}
-	defer done()
+	exclusive := func(in *strategytest.Scenario) bool { return in.ExclusiveServer && opts.ExclusiveDatabase != nil }
 	// What the strategy needs besides PostgreSQL (its Redis), started for
 	// it alone: some scenarios kill it.
 	res, err := resourcetest.Start(ctx, meta)
 	if err != nil {
-		for _, in := range scenarios {
-			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("resources for %s: %w", meta.Name, err)))
-		}
-		return sr
+		return failAll(fmt.Errorf("resources for %s: %w", meta.Name, err))
 	}
 	defer res.Close()
+	env := func(in *strategytest.Scenario) strategytest.Env {
+		return strategytest.Env{Meta: meta, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
+	}
+	var lane sync.WaitGroup
+	for i, in := range scenarios {
+		if exclusive(in) {
+			lane.Add(1)
+			go func() {
+				defer lane.Done()
+				sr.Results[i], _ = runScenarioBounded(ctx, opts, env(in), in)
+				logf(sr.Results[i], in)
+			}()
+		}
+	}
+	defer lane.Wait()
+	sem <- struct{}{}
+	defer func() { <-sem }()
+	start := time.Now() // from here on the strategy has its slot
+
+	db, admin, done, err := opts.Database(ctx, meta.Name)
+	if err != nil {
+		lane.Wait()
+		return failAll(fmt.Errorf("database for %s: %w", meta.Name, err))
+	}
+	defer done()
+	if opts.Cost {
+		if sr.Cost, err = measureCost(ctx, meta, db, admin, res); err != nil {
+			sr.Cost = &Cost{Unmeasured: err.Error()}
+		}
+	}
 	hung := ""
-	for _, in := range scenarios {
-		if hung != "" {
-			sr.Results = append(sr.Results, errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung)))
+	for i, in := range scenarios {
+		if exclusive(in) {
 			continue
 		}
-		env := strategytest.Env{Meta: meta, DB: db, Admin: admin, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
-		r, abandoned := runScenarioBounded(ctx, opts, env, in)
+		if hung != "" {
+			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung))
+			continue
+		}
+		e := env(in)
+		e.DB, e.Admin = db, admin
+		r, abandoned := runScenarioBounded(ctx, opts, e, in)
 		if abandoned {
 			hung = in.Name
 		}
-		if opts.Logf != nil {
-			opts.Logf("%-16s %-18s %-9s %d trial(s) in %v", meta.Name, in.Name, r.Verdict(), r.Trials, r.Elapsed.Round(time.Millisecond))
-		}
-		sr.Results = append(sr.Results, r)
+		sr.Results[i] = r
+		logf(r, in)
 	}
 	if opts.Logf != nil {
-		opts.Logf("%-16s all scenarios in %v", meta.Name, time.Since(start).Round(time.Millisecond))
+		opts.Logf("%-16s all scenarios but the exclusive ones in %v (from its slot)", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return sr
 }
@@ -238,8 +282,15 @@ const abandonGrace = 30 * time.Second
 // even when the strategy ignores its context (a goroutine stuck on a lock
 // of its own): past ScenarioTimeout + abandonGrace the cell is ERROR, the
 // call is abandoned where it hangs, and abandoned reports it, so the
-// strategy's remaining scenarios are not run either.
+// strategy's remaining scenarios are not run either. A scenario that needs
+// a server of its own first waits for its lane; its time starts once it
+// has it, and the lane is free again when it returns or is abandoned.
 func runScenarioBounded(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (r *strategytest.Result, abandoned bool) {
+	if in.ExclusiveServer && opts.ExclusiveDatabase != nil {
+		lock := laneLock(in.Name)
+		lock.Lock()
+		defer lock.Unlock()
+	}
 	res := make(chan *strategytest.Result, 1)
 	go func() { res <- runScenario(ctx, opts, env, in) }()
 	timer := time.NewTimer(ScenarioTimeout + abandonGrace)
@@ -289,16 +340,12 @@ func errored(meta strategy.Meta, in *strategytest.Scenario, err error) *strategy
 	}
 }
 
-// runExclusive runs a scenario that crashes or reconfigures its server, in
-// the scenario's lane (lanes.go): one strategy at a time on that lane's
-// server.
+// runExclusive runs a scenario that crashes or reconfigures its server on
+// its lane's server (the caller holds the lane).
 func runExclusive(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (*strategytest.Result, error) {
 	if opts.ExclusiveDatabase == nil {
 		return strategytest.RunScenario(ctx, env, in) // Env.Server is nil: reported as not supported
 	}
-	lock := laneLock(in.Name)
-	lock.Lock()
-	defer lock.Unlock()
 	db, admin, srv, done, err := opts.ExclusiveDatabase(withLane(ctx, in.Name), env.Meta.Name)
 	if err != nil {
 		return nil, fmt.Errorf("exclusive database for %s: %w", env.Meta.Name, err)

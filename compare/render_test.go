@@ -22,7 +22,8 @@ func TestRenderGolden(t *testing.T) {
 		{Name: "phantom", Case: "C28-14", Title: "2 units, t1 holds", Summary: "boundary"},
 	}
 	meta := func(name string, claims strategy.Claims) strategy.Meta {
-		return strategy.Meta{Name: name, Description: "mechanism of " + name, Correctness: "why " + name + " is right", Claims: claims}
+		return strategy.Meta{Name: name, Description: "mechanism of " + name, Correctness: "why " + name + " is right", Claims: claims,
+			Isolation: "read committed", Retry: "none"}
 	}
 	res := func(s, name string, claims strategy.Claims, facts []strategytest.Fact, checks ...*strategytest.Check) *strategytest.Result {
 		return &strategytest.Result{Scenario: s, Case: "C", Strategy: name, Claims: claims, Trials: 1, Facts: facts, Checks: checks}
@@ -33,12 +34,12 @@ func TestRenderGolden(t *testing.T) {
 		Server:    "15",
 		Scenarios: in,
 		Strategies: []*compare.StrategyReport{
-			{Meta: meta("alpha", a), Results: []*strategytest.Result{
+			{Meta: meta("alpha", a), Cost: &compare.Cost{Reservations: 20, RoundTrips: 20, Statements: 30, RowsWritten: 40, WALFlushes: 21}, Results: []*strategytest.Result{
 				res("contention", "alpha", a, []strategytest.Fact{{Name: "storm", Value: "HELD 40, SOLD_OUT 80"}}),
 				res("phantom", "alpha", a, []strategytest.Fact{{Name: "seed order: t1, t2", Value: "t2 HELD after waiting"}},
 					&strategytest.Check{Claims: "no-wait", What: "no waiting", Trials: 2, Failed: 1, Verdict: strategytest.Observed, Detail: "t2 waited"}),
 			}},
-			{Meta: meta("beta", b), Results: []*strategytest.Result{
+			{Meta: meta("beta", b), Cost: &compare.Cost{Unmeasured: "pg_walinspect is not available"}, Results: []*strategytest.Result{
 				res("contention", "beta", b, []strategytest.Fact{{Name: "storm", Value: "HELD 40 | HELD 39"}},
 					&strategytest.Check{Claims: "no-oversell", What: "active <= total", Trials: 1, Failed: 1, Verdict: strategytest.Violation, Detail: "41 > 40"}),
 				{Scenario: "phantom", Strategy: "beta", Skipped: "strategy does not implement SessionOpener"},

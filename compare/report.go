@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -77,6 +78,8 @@ func (r *Report) Markdown() []byte {
 		}
 		w("\n")
 	}
+
+	r.isolationAndCost(w, src)
 
 	w("\n## Verdict per scenario\n\n")
 	w("| scenario | case |")
@@ -154,6 +157,51 @@ func (r *Report) Markdown() []byte {
 		w("`%s` (they depend on how the concurrent replays interleave).\n", src.LastRun)
 	}
 	return b.Bytes()
+}
+
+// isolationAndCost renders the isolation matrix (the level each strategy
+// runs at, its retry policy) beside what one successful reservation costs
+// it: deterministic counts, never timings.
+func (r *Report) isolationAndCost(w func(string, ...any), src Source) {
+	w("\n## Isolation, retries and cost\n\n")
+	w("The isolation level of each strategy's transactions and what it retries (`strategy.Meta`); a\n")
+	w("design that runs at several levels has a row per level. Beside them, what one successful\n")
+	w("reservation costs, counted on one client sending %d reservations one after another (after two\n", costReservations)
+	w("that prepared its statements): round trips and statements by a pgx tracer, heap rows written\n")
+	w("and WAL flushes (commit records) read from the WAL itself with pg_walinspect. The same code\n")
+	w("counts the same. With one client nothing shares a flush; what these become under\n")
+	w("contention, and what they cost in time, is ")
+	if src.Performance != "" {
+		w("[performance.md](%s).\n\n", src.Performance)
+	} else {
+		w("the performance report's.\n\n")
+	}
+	w("| strategy | isolation | retry policy | round trips | statements | rows written | WAL flushes |\n")
+	w("| --- | --- | --- | --: | --: | --: | --: |\n")
+	for _, s := range r.Strategies {
+		iso, retry := s.Meta.Isolation, s.Meta.Retry
+		if iso == "" {
+			iso = "–"
+		}
+		if retry == "" {
+			retry = "–"
+		}
+		w("| `%s` | %s | %s |", s.Meta.Name, cell(iso), cell(retry))
+		switch c := s.Cost; {
+		case c == nil:
+			w(" – | – | – | – |\n")
+		case c.Unmeasured != "":
+			w(" not measured: %s | | | |\n", cell(c.Unmeasured))
+		default:
+			w(" %s | %s | %s | %s |\n", c.per(c.RoundTrips), c.per(c.Statements), c.per(c.RowsWritten), c.per(c.WALFlushes))
+		}
+	}
+}
+
+// per is a count per reservation, exactly (20 reservations: multiples of
+// 0.05), without trailing zeros.
+func (c *Cost) per(n int64) string {
+	return strconv.FormatFloat(float64(n)/float64(c.Reservations), 'f', -1, 64)
 }
 
 // checkedClaims are the claims some scenario that ran checked.
@@ -309,7 +357,10 @@ type jsonStrategy struct {
 	Name        string       `json:"name"`
 	Description string       `json:"description"`
 	Correctness string       `json:"correctness"`
+	Isolation   string       `json:"isolation,omitempty"`
+	Retry       string       `json:"retry,omitempty"`
 	Claims      []string     `json:"claims"`
+	Cost        *Cost        `json:"cost,omitempty"`
 	Results     []jsonResult `json:"results"`
 }
 
@@ -355,7 +406,8 @@ func (r *Report) JSON(volatile bool) []byte {
 		out.Scenarios = append(out.Scenarios, jsonScenario{in.Name, in.Case, in.Title})
 	}
 	conv := func(s *StrategyReport) jsonStrategy {
-		js := jsonStrategy{Name: s.Meta.Name, Description: s.Meta.Description, Correctness: s.Meta.Correctness}
+		js := jsonStrategy{Name: s.Meta.Name, Description: s.Meta.Description, Correctness: s.Meta.Correctness,
+			Isolation: s.Meta.Isolation, Retry: s.Meta.Retry, Cost: s.Cost}
 		for _, c := range s.Meta.Claims.List() {
 			js.Claims = append(js.Claims, c.String())
 		}

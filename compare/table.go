@@ -34,9 +34,10 @@ type TableOptions struct {
 	// a ".short" or ".partial" suffix instead, so a committed table is never
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
-	// Parallel is how many strategies and controls run at once (0 means 4:
-	// most of a scenario's time is spent waiting on locks and round trips,
-	// not on the 2 cores CI has).
+	// Parallel is how many strategies and controls hold a slot at once (0
+	// means 3: most of a scenario's time is spent waiting on locks and round
+	// trips, not on the 2 cores CI has). The scenarios that need a server of
+	// their own run in lanes beside the slots.
 	Parallel int
 	// Source says what the table's header links to (the zero value suits
 	// this repository's docs/); a module of its own names its own command.
@@ -67,12 +68,12 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	exclusiveDB, partial := exclusiveDatabases(t)
 	par := opts.Parallel
 	if par == 0 {
-		par = 4
+		par = 3
 	}
 
 	start := time.Now()
-	// The strategies and the controls share the slots, so that the short
-	// controls fill the gaps the long strategies leave.
+	// The strategies and the controls take turns on the same par slots:
+	// the controls fill the slots the strategies' tail leaves idle.
 	slots := make(chan struct{}, par)
 	var controlReports []*ControlReport
 	controlsDone := make(chan struct{})
@@ -82,7 +83,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 			controlReports = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
 		}
 	}()
-	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
+	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Cost: true, slots: slots})
 	<-controlsDone
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func Table(t *testing.T, opts TableOptions) *Report {
 }
 
 // runControls runs each negative control against the scenarios that must
-// catch it, as many at a time as opts.slots allows, and judges them.
+// catch it, on opts.slots, and judges them.
 func runControls(ctx context.Context, opts Options) []*ControlReport {
 	all := controls.All()
 	out := make([]*ControlReport, len(all))
@@ -140,11 +141,9 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			copts := opts
 			copts.Admission = c.Admission
-			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios))
+			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios), sem)
 			cr.Judge()
 		}()
 	}

@@ -17,7 +17,14 @@ import (
 // Name is the name hotrow registers under; variants append to it (New).
 const Name = "hotrow"
 
-func init() { strategy.Register(Meta()) }
+// init registers the reference design and its variants at the stricter
+// isolation levels, with retries: the isolation matrix of table 28-1 and of
+// docs/performance.md (the same design, what each level costs it).
+func init() {
+	strategy.Register(Meta())
+	strategy.Register(New(Options{Isolation: pgx.RepeatableRead}))
+	strategy.Register(New(Options{Isolation: pgx.Serializable}))
+}
 
 // Claims are the guarantees hotrow states, under every isolation level it
 // accepts (with retries enabled). It does not claim strategy.NoWait: an
@@ -84,13 +91,35 @@ func (o Options) validate() error {
 		strategy.ErrConfig, o.Isolation, pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable)
 }
 
+// correctness is Meta.Correctness for opts: where the guarantee comes from
+// differs between the levels.
+func correctness(opts Options) string {
+	if opts.isolation() == pgx.ReadCommitted {
+		return "available > 0 is re-evaluated on the newest row version under the row lock (READ COMMITTED, docs 13.2.1)"
+	}
+	return "a decrement that meets a row changed after its snapshot fails with 40001 instead of re-evaluating (docs 13.2.2, 13.2.3), and the whole transaction runs again on a new snapshot"
+}
+
+// retryPolicy is Meta.Retry for opts.
+func retryPolicy(opts Options) string {
+	n := opts.maxRetries()
+	if n == 0 {
+		return "none: 40001 and 40P01 reach the caller (an unknown outcome)"
+	}
+	p := fmt.Sprintf("40001, 40P01 and a conflict its snapshot cannot see: the whole transaction again, up to %d times, after a jittered pause (200 µs doubling to 20 ms)", n)
+	if opts.isolation() == pgx.ReadCommitted {
+		p += "; at READ COMMITTED a waiter re-evaluates instead, and none is needed"
+	}
+	return p
+}
+
 // Meta is the registered strategy "hotrow": READ COMMITTED, retries on.
 func Meta() strategy.Meta { return New(Options{}) }
 
-// New returns the strategy with these options; it is not registered. Its
-// name is Name for READ COMMITTED and Name plus "-" and the level otherwise
-// (e.g. "hotrow-repeatable-read"), so variants can be registered side by
-// side.
+// New returns the strategy with these options. Its name is Name for READ
+// COMMITTED and Name plus "-" and the level otherwise (e.g.
+// "hotrow-repeatable-read"), so variants can be registered side by side;
+// init registers the three levels with the default retries.
 func New(opts Options) strategy.Meta {
 	name := Name
 	if iso := opts.isolation(); iso != pgx.ReadCommitted {
@@ -99,7 +128,9 @@ func New(opts Options) strategy.Meta {
 	return strategy.Meta{
 		Name:        name,
 		Description: "one stock row per SKU, conditional UPDATE available = available - 1 WHERE available > 0",
-		Correctness: "available > 0 is re-evaluated on the newest row version under the row lock (READ COMMITTED, docs 13.2.1)",
+		Correctness: correctness(opts),
+		Isolation:   string(opts.isolation()),
+		Retry:       retryPolicy(opts),
 		Claims:      Claims,
 		Open:        pgstrategy.Bind(Open, opts),
 		Attach:      pgstrategy.Bind(attach, opts),

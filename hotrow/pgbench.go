@@ -1,6 +1,10 @@
 package hotrow
 
 import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
@@ -16,8 +20,8 @@ import (
 // The variables are those bench sets before each run of the script. The
 // SOLD_OUT branch (ROLLBACK TO SAVEPOINT when the UPDATE takes no row) is
 // not in the script: pgbench cannot branch on a row count without changing
-// the statement, so the script is for stock that does not sell out. Retries
-// after 40001 are not replayed either (READ COMMITTED needs none).
+// the statement, so the script is for stock that does not sell out.
+// Retries after 40001 and 40P01 are pgbench's own (PgbenchMaxTries).
 func (d *Deployment) PgbenchScript(sku string) (string, error) {
 	if err := d.owns.CheckSKU(sku); err != nil {
 		return "", err
@@ -30,6 +34,11 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 		"commit",
 	), nil
 }
+
+// PgbenchMaxTries is bench.PgbenchRetrier's: pgbench runs the script with
+// --max-tries, one try more than Options.MaxRetries retries, as Reserve
+// does (pgbench retries 40001 and 40P01 at once, without the pause).
+func (d *Deployment) PgbenchMaxTries() int { return d.maxRetries + 1 }
 
 // PgbenchControls returns scripts that run parts of the reservation alone,
 // to tell which part of it costs what under contention (bench's control
@@ -49,9 +58,16 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 // None is a reservation: the first two decrement the stock without a
 // reservation row, the third writes a HELD row without a unit (its audit
 // drifts by construction).
+//
+// They belong to the reference design: a deployment at another isolation
+// level has none (an error), since its controls would run the same
+// statements and the sweep would measure them twice.
 func (d *Deployment) PgbenchControls(sku string) (map[string]string, error) {
 	if err := d.owns.CheckSKU(sku); err != nil {
 		return nil, err
+	}
+	if d.iso != pgx.ReadCommitted {
+		return nil, fmt.Errorf("hotrow: control scripts are the READ COMMITTED reference's, not %s's", d.iso)
 	}
 	update := pgstrategy.PgbenchSQL(sqlTakeUnit, "sku")
 	insert := pgstrategy.PgbenchSQL(sqlInsertHeld, "key", "user", "sku", "ttl_us")

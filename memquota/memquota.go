@@ -189,6 +189,10 @@ func New(opts Options) strategy.Meta {
 		Description: "per-node share counted in memory, decremented first, then a sales-log row; restart from config",
 		Correctness: "node shares sum to the stock and the in-memory counters are never lost",
 		Claims:      ConfigClaims,
+		// One INSERT in autocommit decides nothing: the node's counter
+		// decided first.
+		Isolation: "read committed",
+		Retry:     "none: an insert of unknown fate keeps its unit in doubt until the node settles it",
 	}
 	if opts.Restart == FromLog {
 		m.Name = Name + "-recover"

@@ -79,6 +79,8 @@ func New(opts Options) strategy.Meta {
 		Name:        name,
 		Description: "one row per unit, claimed with FOR UPDATE SKIP LOCKED",
 		Correctness: "each slot row has at most one holder; unique indexes on key and (sku, user)",
+		Isolation:   string(readCommitted),
+		Retry:       "none: a claim skips locked slots instead of waiting, and finding none free is SOLD_OUT",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
 			strategy.ReturnOnce | strategy.Conserves | strategy.NoWait | strategy.SurvivesRestart | strategy.LeastPrivilege,
 		Open:   pgstrategy.Bind(Open, opts),

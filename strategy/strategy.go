@@ -380,6 +380,16 @@ type Meta struct {
 	// server, and the settings it must run with). Whoever deploys the
 	// strategy provides each in Config.Resources. Nil: PostgreSQL alone.
 	Needs []Need
+	// Isolation is the isolation level the strategy's transactions run at,
+	// as PostgreSQL names it ("read committed", "repeatable read",
+	// "serializable"): table 28-1's isolation matrix shows it, since the
+	// same design can hold its claims at one level and not at another.
+	// Empty: the strategy does not say (the table shows "–").
+	Isolation string
+	// Retry is the strategy's retry policy in one line: what it runs again
+	// when PostgreSQL refuses a transaction (40001, 40P01) or a conflict it
+	// met is gone, and how often; for the same matrix.
+	Retry string
 	// Open deploys the strategy over cfg.DB with cfg.Stock. It validates cfg
 	// first and writes nothing when it is invalid.
 	Open func(ctx context.Context, cfg Config) (Deployment, error)

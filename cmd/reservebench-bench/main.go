@@ -43,6 +43,15 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
+// targets are the goals of issue 15 that the report measures (targets.go):
+// the one-round-trip hot row's peak against the bare UPDATE's (hotrow's
+// update-only control), and the combining strategy at 32 clients against
+// the bare UPDATE at 32 clients.
+var targets = []target{
+	{What: "the reservation in one statement: its peak against the bare UPDATE's peak", Strategy: "onetrip", Against: "hotrow", Script: "update-only", Min: 0.8},
+	{What: "combining: 32 clients against the bare UPDATE at 32 clients", Strategy: "combine", Clients: 32, Against: "hotrow", Script: "update-only", AgainstClients: 32, Min: 2},
+}
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "reservebench-bench:", err)
@@ -52,12 +61,12 @@ func main() {
 
 func run() error {
 	var (
-		quick       = flag.Bool("quick", false, "quick mode: clients 1,8,128, 2 trials (1 for the experiments beyond the closed loop), fewer points (under 3 minutes)")
+		quick       = flag.Bool("quick", false, "quick mode: clients 1,32, 2 trials (1 for the experiments beyond the closed loop), fewer points (under 3 minutes)")
 		strategies  = flag.String("strategies", "", "comma-separated strategies (default: every registered one)")
 		clients     = flag.String("clients", "", "comma-separated client counts (default 1,4,8,32,128; quick 1,8,128)")
-		trials      = flag.Int("trials", 0, "trials per point (default 5; quick: 2, and 1 beyond the closed loop)")
+		trials      = flag.Int("trials", 0, "trials per point (default 4; quick: 2, and 1 beyond the closed loop)")
 		duration    = flag.Duration("duration", time.Second, "measured window of each trial (pgbench runs whole seconds)")
-		experiments = flag.String("experiments", "closed,control,sellsout,open,admission", "experiments to run")
+		experiments = flag.String("experiments", "closed,control,sellsout,skus,open,admission,target,profile", "experiments to run")
 		outDir      = flag.String("out", "docs/perf", "directory for results.txt, results.json and the plots")
 		docPath     = flag.String("doc", "docs/performance.md", "the report to write (empty: none)")
 		progress    = flag.Duration("progress", 2*time.Second, "progress line interval within a trial (0: off)")
@@ -80,16 +89,26 @@ func run() error {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
 
-	cfg := config{Mode: "full", Trials: 5, ExtraTrials: 5, Duration: *duration, Clients: []int{1, 4, 8, 32, 128},
-		OpenClients: 32, OpenLoads: []float64{0.5, 0.9, 1.2}, LateLimit: time.Second,
-		AdmitClients: []int{32, 128}, ShedClients: []int{128},
+	// The full sweep: nine strategies (three of them hotrow's isolation
+	// levels) in under 15 minutes on 2 cores. Each trial costs its window
+	// plus 0.1 to 0.3 s on a loaded machine (about 600 trials); the closed
+	// loop keeps 4 trials per point (Go and pgbench), the other
+	// experiments 2 and fewer points.
+	cfg := config{Mode: "full", Trials: 4, ExtraTrials: 2, Duration: *duration, Clients: []int{1, 4, 8, 32, 128},
+		SellsOutClients: []int{1, 32},
+		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.6, 1.2}, OpenTrials: 2, LateLimit: time.Second,
+		AdmitClients: []int{128}, ShedClients: []int{128},
+		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{8, 32},
+		ProfileClients: []int{1, 8, 32}, ProfileWindow: 2 * *duration,
+		Targets: targets, TargetPairs: 6,
 		SampleEvery: *sample, Seed: *seed}
 	if *quick {
-		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.Clients = "quick", 2, 1, []int{1, 8, 128}
-		cfg.OpenLoads, cfg.AdmitClients = []float64{0.9}, []int{128}
+		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials, cfg.Clients = "quick", 2, 1, 1, []int{1, 32}
+		cfg.SellsOutClients, cfg.OpenLoads, cfg.AdmitClients, cfg.ShedClients = []int{32}, []float64{0.9}, []int{32}, nil
+		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow, cfg.TargetPairs = []int{32}, []int{32}, *duration, 1
 	}
 	if *trials > 0 {
-		cfg.Trials, cfg.ExtraTrials = *trials, min(*trials, cfg.ExtraTrials)
+		cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials = *trials, min(*trials, cfg.ExtraTrials), min(*trials, cfg.OpenTrials)
 	}
 	if *clients != "" {
 		cfg.Clients = nil
@@ -103,9 +122,9 @@ func run() error {
 	}
 	cfg.Experiments = strings.Split(*experiments, ",")
 	// A never-sells-out stock: far above what any strategy sold in a window
-	// on this machine (under 8,000 a second); a trial that sells out anyway
-	// is flagged. The sells-out stock runs out early in the window.
-	cfg.StockPlenty = int(20000 * max(cfg.Duration.Seconds(), 1))
+	// on this machine (combine: about 20,000 a second); a trial that sells
+	// out anyway is flagged. The sells-out stock runs out early in the window.
+	cfg.StockPlenty = int(50000 * max(cfg.Duration.Seconds(), 1))
 	cfg.StockSellsOut = 100
 
 	var metas []strategy.Meta
@@ -145,7 +164,10 @@ func run() error {
 		srv.Version, srv.Kind, mach.Settings["fsync"], mach.Settings["synchronous_commit"], mach.FdatasyncMs, mach.PgbenchVersion)
 
 	sw := &sweep{cfg: cfg, env: env, metas: metas, log: logf, progress: *progress,
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), profileDir: filepath.Join(*outDir, "profiles")}
+	if err := os.MkdirAll(sw.profileDir, 0o755); err != nil {
+		return err
+	}
 	if err := sw.discoverCaps(ctx); err != nil {
 		return err
 	}
@@ -168,7 +190,7 @@ func run() error {
 			res.Pgbench = append(res.Pgbench, m.Name)
 		}
 		res.Caps[m.Name] = c.controls
-		res.Metas = append(res.Metas, metaInfo{Name: m.Name, Description: m.Description})
+		res.Metas = append(res.Metas, metaInfo{Name: m.Name, Description: m.Description, Isolation: m.Isolation, Retry: m.Retry})
 	}
 	return res.write(*outDir, *docPath, logf)
 }
@@ -207,6 +229,8 @@ func loadResults(path string) (*results, error) {
 type metaInfo struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
+	Isolation   string `json:"isolation,omitempty"`
+	Retry       string `json:"retry,omitempty"`
 }
 
 func (r *results) write(outDir, docPath string, logf func(string, ...any)) error {

@@ -132,7 +132,7 @@ func (r *results) plots(dir string) ([]plotFile, error) {
 	var ls []line
 	for _, m := range r.Metas {
 		l := line{label: m.Name}
-		for _, s := range ix.filter(func(c cell) bool { return c.Exp == expOpen && c.Strategy == m.Name }) {
+		for _, s := range ix.filter(func(c cell) bool { return c.Exp == expOpen && c.Strategy == m.Name && c.Tool == bench.ToolGo }) {
 			if s.Held.N > 0 {
 				l.pts = append(l.pts, pt{x: s.Cell.Load, y: s.Held.P99})
 			}
@@ -143,8 +143,8 @@ func (r *results) plots(dir string) ([]plotFile, error) {
 		}
 	}
 	if len(ls) > 0 {
-		p := linePlot("Open loop: p99 latency from the planned send time", "ms", ls, false)
-		p.X.Label.Text = "offered load (fraction of the closed-loop goodput at the same clients)"
+		p := linePlot("Open loop (Go): p99 latency from the planned send time", "ms", ls, false)
+		p.X.Label.Text = "offered load (fraction of the strategy's peak closed-loop goodput)"
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 		if err := add(writeTilesNamed(dir, "open-loop.png", "Open loop: p99 latency against offered load", 1, []*plot.Plot{p})); err != nil {
 			return nil, err

@@ -43,6 +43,7 @@ func (r *results) render(perf string, plots []plotFile) string {
 	w("How it is measured, what each number means, and why the effects below appear: [%s](%s), written by hand.\n\n", methodDoc, methodDoc)
 
 	r.headline(&b, ix)
+	r.targetsSection(&b, ix)
 	r.machineSection(&b)
 	r.method(&b)
 	r.closedSection(&b, ix, perf, plots)
@@ -51,6 +52,10 @@ func (r *results) render(perf string, plots []plotFile) string {
 	r.openSection(&b, ix, perf, plots)
 	r.collapseSection(&b, ix, perf, plots)
 	r.admissionSection(&b, ix, perf, plots)
+	r.clientSection(&b, ix)
+	r.skusSection(&b, ix)
+	r.isolationSection(&b, ix)
+	r.batchesSection(&b, ix)
 	r.caveats(&b, ix)
 	r.reproduce(&b)
 	return b.String()
@@ -250,7 +255,13 @@ func (r *results) method(b *strings.Builder) {
 	}
 	w("| measured window | %v | %s |\n", cfg.Duration, see("closed-loop", "closed loop"))
 	w("| stock, never sells out / sells out | %d / %d units per trial | %s |\n", cfg.StockPlenty, cfg.StockSellsOut, see("stock-that-sells-out", "sells out"))
-	w("| open loop | %d workers, loads %s, late limit %v | %s |\n", cfg.OpenClients, joinFloats(cfg.OpenLoads), cfg.LateLimit, see("open-loop", "open loop"))
+	if cfg.OpenTrials > 0 {
+		w("| open loop | loads %s of each strategy's peak, %d trials each; Go: a pool of %d connections, at most %d requests in flight; pgbench `--rate` with `-c %d`; late limit %v | %s |\n",
+			joinFloats(cfg.OpenLoads), cfg.OpenTrials, cfg.OpenClients, cfg.OpenMaxInFlight, cfg.OpenClients, cfg.LateLimit, see("open-loop", "open loop"))
+	}
+	if cfg.ManySKUs > 1 {
+		w("| many SKUs | %d SKUs, Zipf exponent %.2g, clients %s | %s |\n", cfg.ManySKUs, cfg.Zipf, joinInts(cfg.ManyClients), see("many-skus", "many SKUs"))
+	}
 	if cfg.SampleEvery > 0 {
 		w("| `pg_stat_activity` sampling | every %v (`pg_locks` every fourth sample) | %s |\n", cfg.SampleEvery, see("sampled-wait-states", "wait states"))
 	}
@@ -415,29 +426,6 @@ func (r *results) sellsOutSection(b *strings.Builder, ix index) {
 	} else {
 		w("**HELD differs from trials × stock** in %s.\n\n", strings.Join(wrong, ", "))
 	}
-}
-
-func (r *results) openSection(b *strings.Builder, ix index, perf string, plots []plotFile) {
-	ss := ix.filter(func(c cell) bool { return c.Exp == expOpen })
-	if len(ss) == 0 {
-		return
-	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("## 4. Open loop\n\n")
-	w("%d workers; Poisson arrivals at a fraction (*load*) of the strategy's closed-loop median goodput (Go) at the largest measured client count not above %d (*base*); latency from the planned send time (%s).\n\n", r.Config.OpenClients, r.Config.OpenClients, see("open-loop", "open loop"))
-	w("| strategy | base | load | planned /s | goodput /s | p50 ms | p99 ms | max ms | lag p99 ms | late | skipped + never sent |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	sort.SliceStable(ss, func(i, j int) bool {
-		if ss[i].Cell.Strategy != ss[j].Cell.Strategy {
-			return ss[i].Cell.Strategy < ss[j].Cell.Strategy
-		}
-		return ss[i].Cell.Load < ss[j].Cell.Load
-	})
-	for _, s := range ss {
-		w("| `%s` | %d | %.2f | %.0f | %s | %s | %s | %s | %s | %d of %d | %d |\n", s.Cell.Strategy, s.Cell.Base, s.Cell.Load, s.Cell.Rate, fmtCI(s.Goodput),
-			ms(s.Held.P50), ms(s.Held.P99), ms(s.Held.Max), ms(s.Lag.P99), s.Late, s.Sent, s.Skipped+s.NeverSent)
-	}
-	w("\n")
-	embed(b, perf, plots, "open-loop.png")
 }
 
 func (r *results) collapseSection(b *strings.Builder, ix index, perf string, plots []plotFile) {
@@ -870,23 +858,6 @@ func (r *results) caveats(b *strings.Builder, ix index) {
 	}
 	if pairs := r.overlapping(ix); len(pairs) > 0 {
 		w("- The goodput intervals of %s overlap at every client count: this run cannot tell them apart.\n", strings.Join(pairs, "; "))
-	}
-	var low []string
-	for _, s := range ix.filter(func(c cell) bool { return c.Exp == expOpen }) {
-		c := s.Cell
-		_, pk := r.peak(ix, c.Strategy)
-		base := ix.find(expClosed, c.Strategy, bench.ToolGo, "", c.Base, "")
-		if pk == nil || base == nil || base.Goodput.Median >= fallShare*pk.Goodput.Median {
-			continue
-		}
-		item := fmt.Sprintf("`%s` (base %.0f/s at %d clients, %.0f%% of its peak)", c.Strategy, base.Goodput.Median, c.Base, 100*base.Goodput.Median/pk.Goodput.Median)
-		if !containsStr(low, item) {
-			low = append(low, item)
-		}
-	}
-	sort.Strings(low)
-	if len(low) > 0 {
-		w("- The open loop's rates derive from a closed-loop goodput that was itself depressed for %s, so the offered loads there are proportionally low (%s).\n", strings.Join(low, ", "), see("open-loop", "open loop"))
 	}
 	w("\n")
 }

@@ -60,7 +60,7 @@ func TestRenderNamesOnlyFromData(t *testing.T) {
 	}
 	names := res.strategies()
 	// The names registered today, in case the committed run lacks one.
-	for _, n := range []string{"hotrow", "slotrows", "memquota", "memquota-recover", "advisorylock"} {
+	for _, n := range []string{"hotrow", "hotrow-repeatable-read", "hotrow-serializable", "slotrows", "memquota", "memquota-recover", "advisorylock", "onetrip", "combine"} {
 		if !containsStr(names, n) {
 			names = append(names, n)
 		}
@@ -110,7 +110,7 @@ func TestFindingsFollowData(t *testing.T) {
 		return r
 	}
 	base := load().render("perf", nil)
-	for _, want := range []string{"MultiXact", "*Commits went one at a time.*", "*Holding the lock across a round trip", "the bound keeps goodput near the peak"} {
+	for _, want := range []string{"MultiXact", "*Commits went one at a time.*", "*Holding the lock across a round trip", "admission.Gate` at the same"} {
 		if !strings.Contains(base, want) {
 			t.Fatalf("the committed run no longer shows %q; pick another finding for this test", want)
 		}

@@ -49,10 +49,22 @@ type summary struct {
 	LastHeld      bench.Summary `json:"last_held_s"`     // sells-out: when the last unit went
 
 	// Open loop.
-	Lag                                     bench.Quantiles `json:"lag_merged"`
-	Planned, Sent, Skipped, NeverSent, Late int64
+	Lag                                              bench.Quantiles `json:"lag_merged"`
+	Planned, Sent, Skipped, NeverSent, Dropped, Late int64
+	MaxInFlight                                      int64 // the most requests in flight at once, over the trials (Go)
 
 	Gate *admission.Stats `json:"gate,omitempty"` // summed over trials
+
+	// ClientCPU is the client's CPU time per success, µs (bench.CPUUsage.Client).
+	ClientCPU bench.Summary `json:"client_cpu_us_per_success"`
+	// Retries per success (a deployment that counts them, Go).
+	Retries *bench.Summary `json:"retries_per_success,omitempty"`
+	// Batches: requests per batch (mean over the trials), and the largest
+	// batch of any trial (a deployment that batches, Go).
+	BatchMean *bench.Summary `json:"batch_mean,omitempty"`
+	BatchMax  int64          `json:"batch_max,omitempty"`
+	// Profile is the client's CPU profile (expProfile: one trial).
+	Profile *clientProfile `json:"profile,omitempty"`
 }
 
 func summarize(recs []*record) []*summary {
@@ -69,7 +81,7 @@ func summarize(recs []*record) []*summary {
 	for _, k := range order {
 		rs := byKey[k]
 		s := &summary{Cell: rs[0].Cell, Trials: len(rs), Waits: map[string]float64{}, Holders: map[string]float64{}}
-		var good, thr, p50, p99, wal, syncs, rows, rtt, redisCmds, ctx, cores, last []float64
+		var good, thr, p50, p99, wal, syncs, rows, rtt, redisCmds, ctx, cores, last, ccpu, retries, batch []float64
 		var held, refused, shed, lag []*hdrhistogram.Histogram
 		nWaits, nHolders := 0, 0
 		for _, r := range rs {
@@ -123,7 +135,25 @@ func summarize(recs []*record) []*summary {
 			s.Sent += run.Sent
 			s.Skipped += run.Skipped
 			s.NeverSent += run.NeverSent
+			s.Dropped += run.Dropped
 			s.Late += run.Late
+			s.MaxInFlight = max(s.MaxInFlight, run.MaxInFlight)
+			// Go's client CPU covers the window; pgbench's its whole run.
+			if n := run.Held; t.Tool == bench.ToolPgbench && run.HeldTotal > 0 {
+				ccpu = append(ccpu, 1e6*run.CPU.Client/float64(run.HeldTotal))
+			} else if n > 0 && run.CPU.Client > 0 {
+				ccpu = append(ccpu, 1e6*run.CPU.Client/float64(n))
+			}
+			if t.Retries != nil && run.HeldTotal > 0 {
+				retries = append(retries, float64(*t.Retries)/float64(run.HeldTotal))
+			}
+			if t.Batches != nil && t.Batches.Batches > 0 {
+				batch = append(batch, float64(t.Batches.Requests)/float64(t.Batches.Batches))
+				s.BatchMax = max(s.BatchMax, t.Batches.Largest)
+			}
+			if r.Profile != nil {
+				s.Profile = r.Profile
+			}
 			if t.Gate != nil {
 				if s.Gate == nil {
 					s.Gate = &admission.Stats{}
@@ -151,6 +181,15 @@ func summarize(recs []*record) []*summary {
 		s.RoundTrips, s.CtxSw, s.Cores = bench.Summarize(rtt), bench.Summarize(ctx), bench.Summarize(cores)
 		s.Redis = bench.Summarize(redisCmds)
 		s.LastHeld = bench.Summarize(last)
+		s.ClientCPU = bench.Summarize(ccpu)
+		if len(retries) > 0 {
+			v := bench.Summarize(retries)
+			s.Retries = &v
+		}
+		if len(batch) > 0 {
+			v := bench.Summarize(batch)
+			s.BatchMean = &v
+		}
 		out = append(out, s)
 	}
 	return out
@@ -276,7 +315,10 @@ func benchLine(r *record) string {
 	metric(run.CPU.Busy, "cores")
 	if r.Cell.Exp == expOpen {
 		metric(run.Lag.P99, "lag-p99-ms")
-		metric(float64(run.NeverSent+run.Skipped), "unsent")
+		metric(float64(run.NeverSent+run.Skipped+run.Dropped), "unsent")
+	}
+	if n := run.Held; n > 0 && run.CPU.Client > 0 {
+		metric(1e6*run.CPU.Client/float64(max(n, run.HeldTotal)), "client-cpu-us/succ")
 	}
 	return b.String()
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,8 +22,11 @@ const (
 	expClosed    = "closed"    // closed loop, stock that never sells out, Go and pgbench side by side
 	expControl   = "control"   // pgbench control scripts (parts of a reservation), same clients
 	expSellsOut  = "sellsout"  // closed loop, stock that sells out early in the window (Go)
-	expOpen      = "open"      // open loop, Poisson arrivals at fractions of the closed-loop peak (Go)
+	expOpen      = "open"      // open loop, Poisson arrivals at fractions of the closed-loop peak (Go, and pgbench --rate)
 	expAdmission = "admission" // closed loop through admission.Gate (Go)
+	expSKUs      = "skus"      // closed loop over many SKUs with Zipf popularity (Go)
+	expProfile   = "profile"   // one closed-loop Go trial with a CPU profile of the client
+	expTarget    = "target"    // a target's two points, back to back (targets.go)
 )
 
 // cell is one point of the sweep: everything but the trial number.
@@ -34,6 +41,7 @@ type cell struct {
 	Rate     float64    `json:"rate,omitempty"` // open loop: requests per second
 	Base     int        `json:"base,omitempty"` // open loop: the closed-loop client count the rate derives from
 	Admit    string     `json:"admit,omitempty"`
+	SKUs     int        `json:"skus,omitempty"` // > 1: requests over this many SKUs (expSKUs)
 	limits   *admission.Limits
 	meta     strategy.Meta
 }
@@ -42,6 +50,12 @@ type cell struct {
 // reads: `benchstat -col /strategy results.txt` puts strategies side by side.
 func (c cell) name() string {
 	parts := []string{"BenchmarkReserve", "strategy=" + c.Strategy, fmt.Sprintf("clients=%d", c.Clients), "stock=" + c.Stock}
+	if c.SKUs > 1 {
+		parts = append(parts, fmt.Sprintf("skus=%d", c.SKUs))
+	}
+	if c.Exp == expProfile {
+		parts = append(parts, "profile=cpu")
+	}
 	switch c.Exp {
 	case expOpen:
 		parts = append(parts, "loop=open", fmt.Sprintf("load=%.2f", c.Load))
@@ -62,22 +76,39 @@ func (c cell) key() string { return c.Exp + "|" + c.name() }
 
 // config is what the flags decide.
 type config struct {
-	Mode          string        `json:"mode"`
-	Strategies    []string      `json:"strategies"`
-	Clients       []int         `json:"clients"`
-	Trials        int           `json:"trials"`       // closed loop with pgbench
-	ExtraTrials   int           `json:"extra_trials"` // controls, sells-out, open loop, admission
-	Duration      time.Duration `json:"duration_ns"`
-	Experiments   []string      `json:"experiments"`
-	StockPlenty   int           `json:"stock_plenty"`
-	StockSellsOut int           `json:"stock_sellsout"`
-	OpenClients   int           `json:"open_clients"`
-	OpenLoads     []float64     `json:"open_loads"`
-	LateLimit     time.Duration `json:"late_limit_ns"`
-	AdmitClients  []int         `json:"admission_clients"`
-	ShedClients   []int         `json:"shed_clients"`
-	SampleEvery   time.Duration `json:"sample_every_ns"`
-	Seed          uint64        `json:"seed"`
+	Mode            string        `json:"mode"`
+	Strategies      []string      `json:"strategies"`
+	Clients         []int         `json:"clients"`
+	Trials          int           `json:"trials"`       // closed loop with pgbench, and the control scripts
+	ExtraTrials     int           `json:"extra_trials"` // sells-out, admission, many SKUs
+	Duration        time.Duration `json:"duration_ns"`
+	Experiments     []string      `json:"experiments"`
+	StockPlenty     int           `json:"stock_plenty"`
+	StockSellsOut   int           `json:"stock_sellsout"`
+	SellsOutClients []int         `json:"sellsout_clients"`
+	// The open loop: Go's pool and pgbench's -c (OpenClients), the cap on
+	// Go's requests in flight, the loads (fractions of the strategy's
+	// closed-loop peak) and trials per load.
+	OpenClients     int           `json:"open_clients"`
+	OpenMaxInFlight int           `json:"open_max_in_flight"`
+	OpenLoads       []float64     `json:"open_loads"`
+	OpenTrials      int           `json:"open_trials"`
+	LateLimit       time.Duration `json:"late_limit_ns"`
+	AdmitClients    []int         `json:"admission_clients"`
+	ShedClients     []int         `json:"shed_clients"`
+	// Many SKUs: how many, the Zipf exponent of their popularity, and the
+	// client counts.
+	ManySKUs    int     `json:"many_skus"`
+	Zipf        float64 `json:"zipf"`
+	ManyClients []int   `json:"many_clients"`
+	// ProfileClients: client counts at which one Go trial per strategy with
+	// a pgbench script runs under the CPU profiler.
+	ProfileClients []int         `json:"profile_clients"`
+	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
+	Targets        []target      `json:"targets,omitempty"`
+	TargetPairs    int           `json:"target_pairs"` // back-to-back pairs per target (phase 4)
+	SampleEvery    time.Duration `json:"sample_every_ns"`
+	Seed           uint64        `json:"seed"`
 }
 
 func (c config) has(exp string) bool {
@@ -102,6 +133,8 @@ type sweep struct {
 	planned  int
 	done     int
 	caps     map[string]caps
+	// profileDir receives the raw CPU profiles (not committed); "": none.
+	profileDir string
 }
 
 // record is one trial with its cell.
@@ -109,6 +142,8 @@ type record struct {
 	Cell  cell         `json:"cell"`
 	Round int          `json:"round"`
 	Trial *bench.Trial `json:"trial"`
+	// Profile summarizes the client's CPU profile (expProfile).
+	Profile *clientProfile `json:"profile,omitempty"`
 }
 
 // run executes phase by phase. Within a phase, every round runs each cell
@@ -135,8 +170,13 @@ func (s *sweep) run(ctx context.Context) error {
 					phase1 = append(phase1, []cell{{Exp: expControl, Strategy: m.Name, Tool: bench.ToolPgbench, Script: name, Clients: c, Stock: "plenty", meta: m}})
 				}
 			}
-			if s.cfg.has(expSellsOut) {
+			if s.cfg.has(expSellsOut) && slices.Contains(s.cfg.SellsOutClients, c) {
 				phase1 = append(phase1, []cell{{Exp: expSellsOut, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "sellsout", meta: m}})
+			}
+		}
+		if s.cfg.has(expSKUs) && s.cfg.ManySKUs > 1 {
+			for _, c := range s.cfg.ManyClients {
+				phase1 = append(phase1, []cell{{Exp: expSKUs, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", SKUs: s.cfg.ManySKUs, meta: m}})
 			}
 		}
 	}
@@ -146,29 +186,49 @@ func (s *sweep) run(ctx context.Context) error {
 		}
 	}
 	if s.cfg.has(expOpen) {
-		s.planned += s.cfg.ExtraTrials * len(s.metas) * len(s.cfg.OpenLoads) // an estimate until phase 2
+		for _, m := range s.metas { // an estimate until phase 2
+			n := 1
+			if s.probeCaps(m).pgbench {
+				n = 2
+			}
+			s.planned += s.cfg.OpenTrials * len(s.cfg.OpenLoads) * n
+		}
 	}
 	if s.cfg.has(expAdmission) {
 		s.planned += s.cfg.ExtraTrials * len(s.metas) * (len(s.cfg.AdmitClients) + len(s.cfg.ShedClients))
 	}
-	if err := s.rounds(ctx, "phase 1 (closed loop, pgbench, controls, sells-out)", phase1); err != nil {
+	if s.cfg.has(expProfile) {
+		for _, m := range s.metas {
+			if s.probeCaps(m).pgbench {
+				s.planned += len(s.cfg.ProfileClients)
+			}
+		}
+	}
+	if err := s.rounds(ctx, "phase 1 (closed loop, pgbench, controls, sells-out, many SKUs)", phase1); err != nil {
 		return err
 	}
 
 	// Phase 2: the open loop, at fractions of each strategy's closed-loop
-	// peak (Go, measured in phase 1 at the open loop's client count or the
-	// nearest below).
+	// peak (the median Go goodput of its best client count, measured in
+	// phase 1), Go and pgbench --rate at the same rate back to back.
 	if s.cfg.has(expOpen) {
 		var phase2 [][]cell
 		for _, m := range s.metas {
-			base, peak := s.closedGoodput(m.Name, s.cfg.OpenClients)
+			base := s.peakClients(m.Name)
+			_, peak := s.closedGoodput(m.Name, base)
 			if peak <= 0 {
 				s.log("open loop: no closed-loop goodput for %s; skipped", m.Name)
 				continue
 			}
 			for _, f := range s.cfg.OpenLoads {
-				phase2 = append(phase2, []cell{{Exp: expOpen, Strategy: m.Name, Tool: bench.ToolGo, Clients: s.cfg.OpenClients,
-					Stock: "plenty", Load: f, Rate: roundRate(f * peak), Base: base, meta: m}})
+				g := []cell{{Exp: expOpen, Strategy: m.Name, Tool: bench.ToolGo, Clients: s.cfg.OpenClients,
+					Stock: "plenty", Load: f, Rate: roundRate(f * peak), Base: base, meta: m}}
+				if s.probeCaps(m).pgbench {
+					pg := g[0]
+					pg.Tool = bench.ToolPgbench
+					g = append(g, pg)
+				}
+				phase2 = append(phase2, g)
 			}
 		}
 		if err := s.rounds(ctx, "phase 2 (open loop)", phase2); err != nil {
@@ -206,6 +266,43 @@ func (s *sweep) run(ctx context.Context) error {
 			return err
 		}
 	}
+
+	// Phase 4: each target's two points, at the client counts phase 1
+	// chose, run back to back TargetPairs times (alternating which goes
+	// first): the machine's disk and neighbours drift minute to minute,
+	// and a ratio of two trials seconds apart cancels most of it.
+	if s.cfg.has(expTarget) && s.cfg.TargetPairs > 0 {
+		var phase [][]cell
+		for _, t := range s.cfg.Targets {
+			num, den, ok := s.targetCells(t)
+			if !ok {
+				s.log("target %q: its points did not run; skipped", t.What)
+				continue
+			}
+			phase = append(phase, []cell{num, den})
+		}
+		s.planned += 2 * s.cfg.TargetPairs * len(phase)
+		if err := s.rounds(ctx, "phase 4 (targets, back to back)", phase); err != nil {
+			return err
+		}
+	}
+
+	// Phase 5: where the Go client's time goes, one profiled trial per
+	// point (a profile of the whole process: the client is all it runs).
+	if s.cfg.has(expProfile) {
+		var phase4 [][]cell
+		for _, m := range s.metas {
+			if !s.probeCaps(m).pgbench {
+				continue
+			}
+			for _, c := range s.cfg.ProfileClients {
+				phase4 = append(phase4, []cell{{Exp: expProfile, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", meta: m}})
+			}
+		}
+		if err := s.rounds(ctx, "phase 5 (client CPU profiles)", phase4); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -224,9 +321,46 @@ func roundRate(r float64) float64 {
 	return float64(int(r/10+0.5) * 10)
 }
 
+// targetCells are a target's two points for phase 4: the numerator's Go
+// reservation and the denominator's (pgbench control script, or Go
+// reservation), each at the client count phase 1 chose for it.
+func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
+	var nm, dm strategy.Meta
+	for _, m := range s.metas {
+		if m.Name == t.Strategy {
+			nm = m
+		}
+		if m.Name == t.Against {
+			dm = m
+		}
+	}
+	if nm.Name == "" || dm.Name == "" {
+		return cell{}, cell{}, false
+	}
+	recs := s.trials
+	nc := pickClients(recs, func(r *record) bool { return t.numSide(r.Cell, expClosed) }, t.Clients)
+	dc := pickClients(recs, func(r *record) bool { return t.denSide(r.Cell, expClosed) }, t.AgainstClients)
+	if nc == 0 || dc == 0 {
+		return cell{}, cell{}, false
+	}
+	num = cell{Exp: expTarget, Strategy: t.Strategy, Tool: bench.ToolGo, Clients: nc, Stock: "plenty", meta: nm}
+	den = cell{Exp: expTarget, Strategy: t.Against, Tool: bench.ToolGo, Clients: dc, Stock: "plenty", meta: dm}
+	if t.Script != "" {
+		den.Tool, den.Script = bench.ToolPgbench, t.Script
+	}
+	return num, den, true
+}
+
 func (s *sweep) trialsOf(c cell) int {
-	if c.Exp == expClosed {
-		return s.cfg.Trials
+	switch c.Exp {
+	case expTarget:
+		return s.cfg.TargetPairs
+	case expClosed, expControl:
+		return s.cfg.Trials // controls pair with the reservation round by round
+	case expOpen:
+		return s.cfg.OpenTrials
+	case expProfile:
+		return 1
 	}
 	return s.cfg.ExtraTrials
 }
@@ -275,6 +409,9 @@ func (s *sweep) rounds(ctx context.Context, title string, groups [][]cell) error
 
 func (s *sweep) one(ctx context.Context, c cell, round int) error {
 	stock := s.cfg.StockPlenty
+	if c.Exp == expProfile { // a longer window: as many units per second
+		stock = int(float64(stock) * max(s.cfg.ProfileWindow, s.cfg.Duration).Seconds() / s.cfg.Duration.Seconds())
+	}
 	if c.Stock == "sellsout" {
 		stock = s.cfg.StockSellsOut
 	}
@@ -291,18 +428,41 @@ func (s *sweep) one(ctx context.Context, c cell, round int) error {
 	if c.Stock == "sellsout" {
 		prefix += " sells-out"
 	}
+	if c.SKUs > 1 {
+		prefix += fmt.Sprintf(" over %d SKUs", c.SKUs)
+	}
 	spec := bench.Spec{
 		Meta: c.meta, Tool: c.Tool, Control: c.Script, Clients: c.Clients, Duration: s.cfg.Duration,
-		Stock: stock, Rate: c.Rate, LateLimit: s.cfg.LateLimit, Admission: c.limits,
+		Stock: stock, SKUs: c.SKUs, Zipf: s.cfg.Zipf,
+		Rate: c.Rate, LateLimit: s.cfg.LateLimit, MaxInFlight: s.cfg.OpenMaxInFlight, Admission: c.limits,
 		SampleEvery: s.cfg.SampleEvery, Seed: s.cfg.Seed + uint64(round),
 		Progress:      func(line string) { s.log("  %s %s", prefix, line) },
 		ProgressEvery: s.progress,
+	}
+	var prof bytes.Buffer
+	if c.Exp == expProfile {
+		prefix += " (CPU profile)"
+		spec.CPUProfile = &prof
+		spec.SampleEvery = 0 // the sampler's queries would be the client's too
+		spec.Duration = max(s.cfg.ProfileWindow, s.cfg.Duration)
 	}
 	t, err := s.env.RunTrial(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("%s (round %d): %w", prefix, round, err)
 	}
-	s.trials = append(s.trials, &record{Cell: c, Round: round, Trial: t})
+	rec := &record{Cell: c, Round: round, Trial: t}
+	if c.Exp == expProfile {
+		if rec.Profile, err = summarizeProfile(prof.Bytes(), c.Strategy); err != nil {
+			return fmt.Errorf("%s: %w", prefix, err)
+		}
+		if s.profileDir != "" {
+			name := filepath.Join(s.profileDir, fmt.Sprintf("%s-c%d.pprof", c.Strategy, c.Clients))
+			if err := os.WriteFile(name, prof.Bytes(), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	s.trials = append(s.trials, rec)
 	s.done++
 	r := t.Run
 	line := fmt.Sprintf("[%d/%d %s] %-44s round %d: %8.1f succ/s, lat p50 %.2f p99 %.2f ms",

@@ -88,6 +88,11 @@ type sessionRun struct {
 	ended   bool
 	retry   strategy.Outcome
 	busy    *inflight
+	// group names the sessions that were all blocked when one step ran
+	// and all finished because of it (this one included), when there were
+	// two or more: which of them PostgreSQL let through first is the
+	// server's choice, so the label does not say which got what.
+	group []string
 }
 
 // inflight is a step running in its own goroutine.
@@ -177,11 +182,32 @@ func runOrdering(ctx context.Context, t *trial, order []step) (string, error) {
 			runErr = fmt.Errorf("%w: %s", errNotRunnable, st.Name)
 			break
 		}
+		var blocked []*sessionRun
+		for _, o := range sessions {
+			if o.busy != nil {
+				blocked = append(blocked, o)
+			}
+		}
 		if err := t.launch(ctx, opener, s, st); err != nil {
 			return "", err
 		}
 		if err := t.settle(ctx, sessions); err != nil {
 			return "", err
+		}
+		var woken []*sessionRun
+		for _, o := range blocked {
+			if o.busy == nil {
+				woken = append(woken, o)
+			}
+		}
+		if len(woken) > 1 {
+			var names []string
+			for _, o := range woken {
+				names = append(names, o.in.Name)
+			}
+			for _, o := range woken {
+				o.group = names
+			}
 		}
 	}
 	if runErr != nil {
@@ -290,10 +316,11 @@ func runOrdering(ctx context.Context, t *trial, order []step) (string, error) {
 	}
 
 	var parts []string
+	grouped := map[string][]string{} // first member's name -> the group's answers
 	for _, s := range sessions {
-		p := fmt.Sprintf("%s %s", s.in.Name, s.outcome)
+		p := string(s.outcome)
 		if s.err != nil {
-			p = fmt.Sprintf("%s error", s.in.Name)
+			p = "error"
 		}
 		if s.waited {
 			p += " after waiting"
@@ -304,7 +331,27 @@ func runOrdering(ctx context.Context, t *trial, order []step) (string, error) {
 		if s.retry != "" {
 			p += fmt.Sprintf(", retried: %s", s.retry)
 		}
-		parts = append(parts, p)
+		if len(s.group) > 0 {
+			grouped[s.group[0]] = append(grouped[s.group[0]], p)
+			if s.group[0] == s.in.Name {
+				parts = append(parts, "") // the group's place, filled below
+			}
+			continue
+		}
+		parts = append(parts, s.in.Name+" "+p)
+	}
+	// A group's answers, sorted: which member got which is not the
+	// strategy's to decide (see sessionRun.group).
+	i := 0
+	for _, s := range sessions {
+		if len(s.group) > 0 && s.group[0] == s.in.Name {
+			for parts[i] != "" {
+				i++
+			}
+			answers := grouped[s.in.Name]
+			sort.Strings(answers)
+			parts[i] = fmt.Sprintf("%s woken together: %s", strings.Join(s.group, ", "), strings.Join(answers, ", "))
+		}
 	}
 	return fmt.Sprintf("%s; %d free at end", strings.Join(parts, "; "), free), nil
 }
@@ -380,6 +427,12 @@ func (t *trial) launch(ctx context.Context, opener strategy.SessionOpener, s *se
 			if err != nil {
 				op.Type, op.Err = OpInfo, err.Error()
 			}
+		} else {
+			// The step ends here either way (settle marks it ended), so
+			// its transaction must end too: a session whose Reserve
+			// failed (40001 under REPEATABLE READ) would otherwise keep
+			// its connection for ever.
+			_ = s.sess.Rollback(ctx)
 		}
 		t.hist.End(op)
 		s.outcome, s.err, f.err = res.Outcome, err, err

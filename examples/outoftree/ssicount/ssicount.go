@@ -115,6 +115,8 @@ func New(opts Options) strategy.Meta {
 		Name:        Name,
 		Description: "no counter, no lock: a SERIALIZABLE transaction counts active rows and inserts; 40001 is retried",
 		Correctness: "SSI aborts one of two reservations that each counted without the other's insert",
+		Isolation:   "serializable",
+		Retry:       "40001, and 23505 on a key or user its snapshot did not show: the whole transaction on a fresh snapshot, up to 64 attempts, after a jittered pause",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
 			strategy.Conserves | strategy.NoPhantomSoldOut | strategy.NoWait | strategy.SurvivesRestart,
 		// Meta wants funcs returning the interface; returning a nil

@@ -1,0 +1,266 @@
+package combine
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// Name is the name combine registers under.
+const Name = "combine"
+
+func init() { strategy.Register(Meta()) }
+
+// Claims are hotrow's: every request still gets its own answer, from the
+// same row lock and the same unique indexes. Like hotrow it does not claim
+// strategy.NoWait: a batch (or a session) in flight makes the next one wait.
+const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
+	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+
+// Defaults of Options.
+const (
+	// DefaultMaxBatch bounds how many requests one transaction serves. It
+	// bounds the blast radius of a failed batch (every request in it is
+	// then unknown) and the statement's arrays; under a closed loop a batch
+	// holds at most the requests that arrived while the previous one ran.
+	DefaultMaxBatch = 64
+	// DefaultBatchTimeout bounds one batch's database work. A batch does
+	// not run under any one request's context (its requests have their
+	// own deadlines and may give up; the batch must still finish for the
+	// others), so it has a deadline of its own.
+	DefaultBatchTimeout = 30 * time.Second
+	// DefaultMaxRequeues bounds how often one request goes back to the
+	// queue (its batch was refused with 40001 or 40P01, or a conflict it
+	// met was gone by the time it was looked up) before it is answered
+	// with an error.
+	DefaultMaxRequeues = 20
+)
+
+// Options configure combine. The zero value is the registered strategy.
+type Options struct {
+	MaxBatch     int           // 0: DefaultMaxBatch
+	BatchTimeout time.Duration // 0: DefaultBatchTimeout
+	MaxRequeues  int           // 0: DefaultMaxRequeues; negative: none
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.BatchTimeout <= 0 {
+		o.BatchTimeout = DefaultBatchTimeout
+	}
+	switch {
+	case o.MaxRequeues < 0:
+		o.MaxRequeues = 0
+	case o.MaxRequeues == 0:
+		o.MaxRequeues = DefaultMaxRequeues
+	}
+	return o
+}
+
+// Meta is the registered strategy "combine".
+func Meta() strategy.Meta { return New(Options{}) }
+
+// New returns the strategy with these options; it is not registered.
+func New(opts Options) strategy.Meta {
+	return strategy.Meta{
+		Name:        Name,
+		Description: "one stock row per SKU; each node combines the concurrent requests for a SKU into one autocommit statement: one conditional decrement by n, n reservation rows",
+		Correctness: "the batch locks the row and re-reads available (READ COMMITTED, docs 13.2.1), inserts at most that many rows through the unique indexes, and decrements by the rows it inserted, in one statement",
+		Isolation:   string(pgx.ReadCommitted),
+		Retry:       "a batch refused with 40001/40P01, and a request whose conflict was gone when looked up, go back to the queue, at most 20 times",
+		Claims:      Claims,
+		Open:        pgstrategy.Bind(Open, opts),
+		Attach:      pgstrategy.Bind(attach, opts),
+	}
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schema is combine's tables for pgstrategy: the advisory lock key that
+// serialises their creation ("combine" in ASCII) and the last object
+// schema.sql creates.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "combine_reservation_one_active",
+	LockKey: 0x636f6d62696e65,
+	Totals:  `SELECT sku, total FROM combine_stock WHERE sku = ANY($1)`,
+}
+
+// sqlInsertStock loads the stock; a SKU that already has a row is left
+// alone and missing from RETURNING, and Open rolls everything back.
+const sqlInsertStock = `
+INSERT INTO combine_stock (sku, total, available)
+SELECT sku, total, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
+ON CONFLICT (sku) DO NOTHING
+RETURNING sku`
+
+// Open deploys combine over cfg.DB: it validates cfg before writing
+// anything, then, in one transaction, creates the schema if it is missing
+// and loads cfg.Stock (strategy.ErrStockExists if any SKU has stock).
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return insertStock(ctx, tx, cfg.Stock) }); err != nil {
+		return nil, fmt.Errorf("combine: open: %w", err)
+	}
+	return newDeployment(cfg, opts), nil
+}
+
+// attach is Meta.Attach: it writes nothing and checks that every SKU of
+// cfg.Stock has stock with the same total, as a second process of the
+// service would. What a node keeps in memory is only requests waiting for
+// their batch, which a new process does not have.
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := schema.Attach(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("combine: %w", err)
+	}
+	return newDeployment(cfg, opts), nil
+}
+
+func newDeployment(cfg strategy.Config, opts Options) *Deployment {
+	d := &Deployment{db: cfg.DB, opts: opts.withDefaults(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
+		n := &node{Handle: h, d: d, combiners: make(map[string]*combiner, len(d.skus))}
+		for _, sku := range d.skus {
+			n.combiners[sku] = &combiner{d: d, sku: sku}
+		}
+		return n
+	})
+	return d
+}
+
+func insertStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock) error {
+	skus := make([]string, len(stock))
+	totals := make([]int32, len(stock))
+	for i, s := range stock {
+		skus[i], totals[i] = s.SKU, int32(s.Total) // Config.Validate bounds Total to int4
+	}
+	rows, err := tx.Query(ctx, sqlInsertStock, skus, totals)
+	if err != nil {
+		return fmt.Errorf("stock: insert: %w", err)
+	}
+	return pgstrategy.AllInserted(rows, skus)
+}
+
+// Deployment is combine deployed over one database. Each node combines the
+// requests that reach it; nodes share nothing but the pool. A restart
+// loses only requests waiting for a batch, which had no answer yet (their
+// callers get strategy.ErrNodeClosed or their batch's answer). It
+// implements strategy.Deployment, strategy.Restarter and strategy.Ager.
+type Deployment struct {
+	*pgstrategy.Handles
+	db   *pgxpool.Pool
+	opts Options
+	skus []string
+	owns pgstrategy.SKUs
+
+	batches, batched, largest, requeued atomic.Int64
+}
+
+// Compile-time checks of what the package offers: its row of capabilities.
+var (
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.Session             = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
+)
+
+// BatchStats counts the batches the deployment's nodes sent since Open.
+type BatchStats struct {
+	Batches  int64 // transactions sent (a requeued batch counts again)
+	Requests int64 // requests in them: Requests/Batches is the mean batch size
+	Largest  int64 // the most requests one batch carried
+	Requeued int64 // requests that went back to the queue
+}
+
+// BatchStats returns the counts so far.
+func (d *Deployment) BatchStats() BatchStats {
+	return BatchStats{Batches: d.batches.Load(), Requests: d.batched.Load(), Largest: d.largest.Load(), Requeued: d.requeued.Load()}
+}
+
+// BatchCounts is BatchStats in the shape of bench.BatchCounter, so the
+// benchmarks report batch sizes without importing this package.
+func (d *Deployment) BatchCounts() (batches, requests, largest int64) {
+	s := d.BatchStats()
+	return s.Batches, s.Requests, s.Largest
+}
+
+func (d *Deployment) countBatch(n int) {
+	d.batches.Add(1)
+	d.batched.Add(int64(n))
+	for {
+		cur := d.largest.Load()
+		if int64(n) <= cur || d.largest.CompareAndSwap(cur, int64(n)) {
+			return
+		}
+	}
+}
+
+// sqlAudit reads stock and active reservations in one statement, so one
+// snapshot: the three numbers belong together.
+const sqlAudit = `
+SELECT s.sku, s.total, s.available,
+       (SELECT count(*) FROM combine_reservation r
+         WHERE r.sku = s.sku AND r.status IN ('HELD', 'CONFIRMED'))::int AS active
+FROM combine_stock s
+WHERE s.sku = ANY($1)
+ORDER BY array_position($1, s.sku)`
+
+// Audit reports total, the available column and the HELD and CONFIRMED rows
+// of each of the deployment's SKUs, in Config order.
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := d.db.Query(ctx, sqlAudit, d.skus)
+	if err != nil {
+		return nil, fmt.Errorf("combine: audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := row.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("combine: audit: %w", err)
+	}
+	return out, nil
+}
+
+// sqlMakeDue moves expires_at of HELD rows into the past, as seed 000 does
+// to simulate expiry.
+const sqlMakeDue = `
+UPDATE combine_reservation SET expires_at = now() - interval '1 second', updated_at = now()
+WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
+
+// MakeDue makes the HELD reservations with these keys (of this deployment's
+// SKUs) due and returns how many it moved.
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("combine: make due: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// node is one process of the service: its own combiner per SKU, so the
+// requests that reach it are combined with each other, never with another
+// node's. Its Handle says whether it was restarted or closed.
+type node struct {
+	*pgstrategy.Handle
+	d         *Deployment
+	combiners map[string]*combiner // read-only after newDeployment
+}

@@ -1,0 +1,212 @@
+package onetrip
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// Name is the name onetrip registers under.
+const Name = "onetrip"
+
+func init() { strategy.Register(Meta()) }
+
+// Claims are hotrow's: the same guarantees from the same row lock. Like
+// hotrow it does not claim strategy.NoWait: a decrement in flight makes the
+// next one wait, only for less time.
+const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
+	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+
+// DefaultMaxRetries bounds how often Reserve runs again when a conflict it
+// met is not there any more when it looks (errInvisibleConflict: the other
+// reservation was released or expired in between). It practically never
+// happens; the bound keeps a pathological case from looping.
+const DefaultMaxRetries = 20
+
+// Options configure onetrip. The zero value is the registered strategy.
+type Options struct {
+	// MaxRetries bounds the reruns of Reserve after errInvisibleConflict; 0
+	// means DefaultMaxRetries, negative disables them (the error then reaches
+	// the caller, an outcome the contract calls unknown).
+	MaxRetries int
+}
+
+func (o Options) maxRetries() int {
+	switch {
+	case o.MaxRetries < 0:
+		return 0
+	case o.MaxRetries == 0:
+		return DefaultMaxRetries
+	}
+	return o.MaxRetries
+}
+
+// Meta is the registered strategy "onetrip".
+func Meta() strategy.Meta { return New(Options{}) }
+
+// New returns the strategy with these options; it is not registered.
+func New(opts Options) strategy.Meta {
+	return strategy.Meta{
+		Name:        Name,
+		Description: "one stock row per SKU; decrement and reservation row in one autocommit statement (one round trip), no foreign key to the stock row",
+		Correctness: "available > 0 is re-evaluated on the newest row version under the row lock (READ COMMITTED, docs 13.2.1); the insert commits or fails with its decrement",
+		Isolation:   string(pgx.ReadCommitted),
+		Retry:       "none on the HELD path; a conflict gone by the time it is looked up (released in between) reruns the request, at most 20 times",
+		Claims:      Claims,
+		Open:        pgstrategy.Bind(Open, opts),
+		Attach:      pgstrategy.Bind(attach, opts),
+	}
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schema is onetrip's tables for pgstrategy: the advisory lock key that
+// serialises their creation ("onetrip" in ASCII) and the last object
+// schema.sql creates.
+var schema = pgstrategy.Schema{
+	DDL:     schemaSQL,
+	Last:    "onetrip_reservation_one_active",
+	LockKey: 0x6f6e6574726970,
+	Totals:  `SELECT sku, total FROM onetrip_stock WHERE sku = ANY($1)`,
+}
+
+// sqlInsertStock loads the stock; a SKU that already has a row is left
+// alone and missing from RETURNING, and Open rolls everything back.
+const sqlInsertStock = `
+INSERT INTO onetrip_stock (sku, total, available)
+SELECT sku, total, total FROM unnest($1::text[], $2::int[]) AS s (sku, total)
+ON CONFLICT (sku) DO NOTHING
+RETURNING sku`
+
+// Open deploys onetrip over cfg.DB: it validates cfg before writing
+// anything, then, in one transaction, creates the schema if it is missing
+// and loads cfg.Stock (strategy.ErrStockExists if any SKU has stock).
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return insertStock(ctx, tx, cfg.Stock) }); err != nil {
+		return nil, fmt.Errorf("onetrip: open: %w", err)
+	}
+	return newDeployment(cfg, opts), nil
+}
+
+// attach is Meta.Attach: it writes nothing and checks that every SKU of
+// cfg.Stock has stock with the same total, as a second process of the
+// service would. onetrip keeps no state in memory.
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
+	if err := schema.Attach(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("onetrip: %w", err)
+	}
+	return newDeployment(cfg, opts), nil
+}
+
+func newDeployment(cfg strategy.Config, opts Options) *Deployment {
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
+		return &node{Handle: h, d: d}
+	})
+	return d
+}
+
+func insertStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock) error {
+	skus := make([]string, len(stock))
+	totals := make([]int32, len(stock))
+	for i, s := range stock {
+		skus[i], totals[i] = s.SKU, int32(s.Total) // Config.Validate bounds Total to int4
+	}
+	rows, err := tx.Query(ctx, sqlInsertStock, skus, totals)
+	if err != nil {
+		return fmt.Errorf("stock: insert: %w", err)
+	}
+	return pgstrategy.AllInserted(rows, skus)
+}
+
+// Deployment is onetrip deployed over one database. Its nodes are handles
+// on the same pool and keep nothing in memory but the deployment's SKU
+// list, so a restart loses nothing. It implements strategy.Deployment,
+// strategy.Restarter and strategy.Ager, and bench's pgbench scripts.
+type Deployment struct {
+	*pgstrategy.Handles
+	db         *pgxpool.Pool
+	maxRetries int
+	skus       []string
+	owns       pgstrategy.SKUs
+
+	retries atomic.Int64
+}
+
+// Compile-time checks of what the package offers: its row of capabilities.
+var (
+	_ strategy.Deployment          = (*Deployment)(nil)
+	_ strategy.Restarter           = (*Deployment)(nil)
+	_ strategy.Ager                = (*Deployment)(nil)
+	_ strategy.Strategy            = (*node)(nil)
+	_ strategy.Confirmer           = (*node)(nil)
+	_ strategy.Releaser            = (*node)(nil)
+	_ strategy.Expirer             = (*node)(nil)
+	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.ExpirySessionOpener = (*node)(nil)
+	_ strategy.Session             = (*session)(nil)
+	_ strategy.ExpirySession       = (*session)(nil)
+)
+
+// Retries is the number of requests the deployment's nodes ran again after
+// errInvisibleConflict since Open.
+func (d *Deployment) Retries() int64 { return d.retries.Load() }
+
+// sqlAudit reads stock and active reservations in one statement, so one
+// snapshot: the three numbers belong together.
+const sqlAudit = `
+SELECT s.sku, s.total, s.available,
+       (SELECT count(*) FROM onetrip_reservation r
+         WHERE r.sku = s.sku AND r.status IN ('HELD', 'CONFIRMED'))::int AS active
+FROM onetrip_stock s
+WHERE s.sku = ANY($1)
+ORDER BY array_position($1, s.sku)`
+
+// Audit reports total, the available column and the HELD and CONFIRMED rows
+// of each of the deployment's SKUs, in Config order.
+func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := d.db.Query(ctx, sqlAudit, d.skus)
+	if err != nil {
+		return nil, fmt.Errorf("onetrip: audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := row.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("onetrip: audit: %w", err)
+	}
+	return out, nil
+}
+
+// sqlMakeDue moves expires_at of HELD rows into the past, as seed 000 does
+// to simulate expiry.
+const sqlMakeDue = `
+UPDATE onetrip_reservation SET expires_at = now() - interval '1 second', updated_at = now()
+WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
+
+// MakeDue makes the HELD reservations with these keys (of this deployment's
+// SKUs) due and returns how many it moved.
+func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("onetrip: make due: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// node is one handle on the deployment; its Handle says whether it was
+// restarted or closed.
+type node struct {
+	*pgstrategy.Handle
+	d *Deployment
+}

@@ -1,0 +1,92 @@
+package onetrip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/pgstrategy"
+)
+
+// session is one reservation attempt, or one run of the expiry job, held
+// open: a pgstrategy.Tx at READ COMMITTED plus the deployment.
+type session struct {
+	*pgstrategy.Tx
+	d *Deployment
+}
+
+// OpenSession takes a connection from the pool for the session's whole life
+// and begins its transaction.
+func (n *node) OpenSession(ctx context.Context) (strategy.Session, error) {
+	return pgstrategy.AsSession(n.openSession(ctx))
+}
+
+// OpenExpirySession opens the same kind of session, for the expiry job.
+func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, error) {
+	return pgstrategy.AsExpirySession(n.openSession(ctx))
+}
+
+func (n *node) openSession(ctx context.Context) (*session, error) {
+	tx, err := n.BeginTx(ctx, n.d.db, Name, pgx.ReadCommitted, pgstrategy.TxHooks{})
+	if err != nil {
+		return nil, err
+	}
+	return &session{Tx: tx, d: n.d}, nil
+}
+
+// A session runs the same statements inside a transaction the caller
+// ends. sqlTakeAndInsert can fail on purpose (the last unit went while it
+// waited: errNoUnitLeft), which would abort the caller's whole
+// transaction, so the attempt is wrapped in a savepoint and rolled back to
+// it then. The extra round trips are the session's, never Node.Reserve's.
+const (
+	sqlSavepoint           = `SAVEPOINT onetrip_reserve`
+	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT onetrip_reserve`
+)
+
+// Reserve runs sqlTakeAndInsert (and sqlWhyNot when it did not hold)
+// inside the session's transaction and does not commit. It is never
+// retried: the caller owns the transaction.
+func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if err := s.d.owns.Check(req); err != nil {
+		return strategy.BadRequest(err)
+	}
+	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
+		if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
+			return strategy.Result{}, fmt.Errorf("savepoint: %w", err)
+		}
+		r, held, unitSeen, err := take(ctx, tx, req)
+		switch {
+		case held:
+			return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
+		case errors.Is(err, errNoUnitLeft):
+			if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
+				return strategy.Result{}, fmt.Errorf("rollback to savepoint: %w", err)
+			}
+			return whyNot(ctx, tx, req, true)
+		case err != nil:
+			return strategy.Result{}, err
+		}
+		return whyNot(ctx, tx, req, !unitSeen)
+	})
+	if err != nil {
+		return strategy.Result{}, fmt.Errorf("onetrip: session reserve %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// ExpireDue runs sqlExpireDue inside the session's transaction: the units
+// it reports come back only if the session commits (seed C28-09).
+func (s *session) ExpireDue(ctx context.Context) (int, error) {
+	units, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (units int, err error) {
+		err = tx.QueryRow(ctx, sqlExpireDue, s.d.skus).Scan(&units)
+		return units, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("onetrip: session expire due: %w", err)
+	}
+	return units, nil
+}
