@@ -10,8 +10,8 @@ import (
 	_ "github.com/reservebench/reservebench/combine"
 	_ "github.com/reservebench/reservebench/hotrow"
 	_ "github.com/reservebench/reservebench/memquota"
+	_ "github.com/reservebench/reservebench/onetrip"
 	_ "github.com/reservebench/reservebench/rediscounter"
 	_ "github.com/reservebench/reservebench/redislock"
-	_ "github.com/reservebench/reservebench/onetrip"
 	_ "github.com/reservebench/reservebench/slotrows"
 )
