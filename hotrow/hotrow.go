@@ -106,7 +106,7 @@ func retryPolicy(opts Options) string {
 	if n == 0 {
 		return "none: 40001 and 40P01 reach the caller (an unknown outcome)"
 	}
-	p := fmt.Sprintf("40001, 40P01 and a conflict its snapshot cannot see: the whole transaction again, up to %d times, after a jittered pause (200 µs doubling to 20 ms)", n)
+	p := fmt.Sprintf("40001, 40P01, a conflict its snapshot cannot see and PostgreSQL's internal multixact error (XX000, aborted): the whole transaction again, up to %d times, after a jittered pause (200 µs doubling to 20 ms)", n)
 	if opts.isolation() == pgx.ReadCommitted {
 		p += "; at READ COMMITTED a waiter re-evaluates instead, and none is needed"
 	}
