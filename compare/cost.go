@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/redistest"
 	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -33,6 +34,9 @@ type Cost struct {
 	// the same server does not count.
 	RowsWritten int64 `json:"rows_written"`
 	WALFlushes  int64 `json:"wal_flushes"`
+	// RedisCommands: the commands the strategy's Redis ran (INFO stats),
+	// for a strategy that needs one; each is one more round trip, to Redis.
+	RedisCommands int64 `json:"redis_commands,omitempty"`
 	// Unmeasured says why there is no cost (the server has no
 	// pg_walinspect, or a reservation was not HELD); the counts are then 0.
 	Unmeasured string `json:"unmeasured,omitempty"`
@@ -81,7 +85,7 @@ WHERE c.relkind IN ('r', 'i', 'p') AND n.nspname NOT IN ('pg_catalog', 'informat
 // through one connection. admin must be a superuser pool on the same
 // database (pg_walinspect). A Cost with Unmeasured set says why it could
 // not count; an error is the harness's own. res are the strategy's
-// resources besides PostgreSQL (its Redis).
+// resources besides PostgreSQL (its Redis), for the cost run alone.
 func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, res resourcetest.Set) (*Cost, error) {
 	if _, err := admin.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`); err != nil {
 		return &Cost{Unmeasured: "pg_walinspect is not available: " + err.Error()}, nil
@@ -124,6 +128,12 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 	if err := admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&from); err != nil {
 		return nil, fmt.Errorf("cost: wal position: %w", err)
 	}
+	var redisCount *redistest.CommandCounter
+	if srv, ok := res[strategy.Redis]; ok {
+		if redisCount, err = redistest.CountCommands(ctx, srv.Addr()); err != nil {
+			return nil, fmt.Errorf("cost: %w", err)
+		}
+	}
 	tr.trips.Store(0)
 	tr.statements.Store(0)
 	for i := 0; i < costReservations; i++ {
@@ -136,6 +146,11 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 		}
 	}
 	c := &Cost{Reservations: costReservations, RoundTrips: tr.trips.Load(), Statements: tr.statements.Load()}
+	if redisCount != nil {
+		if c.RedisCommands, err = redisCount.Since(ctx); err != nil {
+			return nil, fmt.Errorf("cost: %w", err)
+		}
+	}
 	// Every reservation has committed (its answer came after its COMMIT),
 	// so its records lie before the flush position.
 	err = admin.QueryRow(ctx, sqlCostFromWAL, from, dbOID, filenodes).Scan(&c.WALFlushes, &c.RowsWritten)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -168,7 +169,8 @@ func (r *Report) isolationAndCost(w func(string, ...any), src Source) {
 	w("design that runs at several levels has a row per level. Beside them, what one successful\n")
 	w("reservation costs, counted on one client sending %d reservations one after another (after two\n", costReservations)
 	w("that prepared its statements): round trips and statements by a pgx tracer, heap rows written\n")
-	w("and WAL flushes (commit records) read from the WAL itself with pg_walinspect. The same code\n")
+	w("and WAL flushes (commit records) read from the WAL itself with pg_walinspect; for a strategy\n")
+	w("that needs a Redis, the commands it ran (INFO stats), each one more round trip. The same code\n")
 	w("counts the same. With one client nothing shares a flush; what these become under\n")
 	w("contention, and what they cost in time, is ")
 	if src.Performance != "" {
@@ -176,8 +178,8 @@ func (r *Report) isolationAndCost(w func(string, ...any), src Source) {
 	} else {
 		w("the performance report's.\n\n")
 	}
-	w("| strategy | isolation | retry policy | round trips | statements | rows written | WAL flushes |\n")
-	w("| --- | --- | --- | --: | --: | --: | --: |\n")
+	w("| strategy | isolation | retry policy | round trips | statements | rows written | WAL flushes | Redis commands |\n")
+	w("| --- | --- | --- | --: | --: | --: | --: | --: |\n")
 	for _, s := range r.Strategies {
 		iso, retry := s.Meta.Isolation, s.Meta.Retry
 		if iso == "" {
@@ -189,11 +191,15 @@ func (r *Report) isolationAndCost(w func(string, ...any), src Source) {
 		w("| `%s` | %s | %s |", s.Meta.Name, cell(iso), cell(retry))
 		switch c := s.Cost; {
 		case c == nil:
-			w(" – | – | – | – |\n")
+			w(" – | – | – | – | – |\n")
 		case c.Unmeasured != "":
-			w(" not measured: %s | | | |\n", cell(c.Unmeasured))
+			w(" not measured: %s | | | | |\n", cell(c.Unmeasured))
 		default:
-			w(" %s | %s | %s | %s |\n", c.per(c.RoundTrips), c.per(c.Statements), c.per(c.RowsWritten), c.per(c.WALFlushes))
+			redis := "–"
+			if slices.ContainsFunc(s.Meta.Needs, func(n strategy.Need) bool { return n.Resource == strategy.Redis }) {
+				redis = c.per(c.RedisCommands)
+			}
+			w(" %s | %s | %s | %s | %s |\n", c.per(c.RoundTrips), c.per(c.Statements), c.per(c.RowsWritten), c.per(c.WALFlushes), redis)
 		}
 	}
 }

@@ -104,6 +104,8 @@ func New(opts Options) strategy.Meta {
 		Description: "stock counted in Redis, taken by one Lua script (check and decrement), then the reservation row in PostgreSQL; " + keeps[opts.keep()],
 		Correctness: "the Lua script's check and decrement are atomic in Redis; only as long as Redis keeps the counter",
 		Claims:      claims,
+		Isolation:   "read committed",
+		Retry:       "none: a command retried after its connection broke may have run the first time, so a request cut after the decrement is unknown until resent with its key",
 		Needs:       []strategy.Need{{Resource: strategy.Redis, Settings: opts.settings()}},
 		Open:        pgstrategy.Bind(Open, opts),
 	}

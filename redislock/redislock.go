@@ -91,6 +91,8 @@ func New(opts Options) strategy.Meta {
 		Description: "per-SKU Redis lock (SET NX PX, watchdog, compare-and-delete), double check inside it, then the conditional UPDATE",
 		Correctness: "the conditional UPDATE under PostgreSQL's row lock; the Redis lock only queues the buyers of a SKU",
 		Claims:      Claims,
+		Isolation:   "read committed",
+		Retry:       "none in PostgreSQL: the conditional UPDATE re-evaluates under the row lock; the Redis lock is polled until it is free or the wait bound (3 s by default) passes, then BUSY",
 		Needs:       []strategy.Need{{Resource: strategy.Redis}},
 		Open:        pgstrategy.Bind(Open, opts),
 		Attach:      pgstrategy.Bind(attach, opts),
