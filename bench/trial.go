@@ -29,6 +29,10 @@ type Tool string
 const (
 	ToolGo      Tool = "go"      // the strategy's Go code, Node(0).Reserve, through pgx
 	ToolPgbench Tool = "pgbench" // the strategy's pgbench script: the same SQL without the Go code
+	// ToolHTTP: the same Go load generator as ToolGo, but every request is
+	// an HTTP request to package service's handler over Node(0), on a
+	// loopback socket (HTTPFront): what the HTTP layer adds to the library.
+	ToolHTTP Tool = "http"
 )
 
 // Env is where trials run: one PostgreSQL server, one database per
@@ -161,7 +165,11 @@ type Spec struct {
 	LateLimit   time.Duration
 	MaxInFlight int
 	// Admission, when set, puts an admission.Gate with these limits in front
-	// of the node (Go only), and sizes the pool to InFlight connections.
+	// of the node (Go and HTTP), and sizes the pool to InFlight
+	// connections. Without it an HTTP trial's service still has its gate
+	// (the service always asks one), with as many slots as requests can be
+	// in flight, so it never refuses and never queues: what is measured is
+	// the HTTP layer, not admission.
 	Admission *admission.Limits
 	// SampleEvery is the wait-event sampling period (0: no sampling).
 	SampleEvery time.Duration
@@ -193,6 +201,10 @@ type Trial struct {
 	Waits     *Waits            `json:"waits,omitempty"`
 	Gate      *admission.Stats  `json:"gate,omitempty"`
 	Pgbench   *PgbenchResult    `json:"pgbench,omitempty"`
+	// HTTPConns is the number of connections the service accepted in a
+	// ToolHTTP trial: the clients' keep-alive pool, plus any it had to
+	// open again.
+	HTTPConns int64 `json:"http_conns,omitempty"`
 	// Audit is the deployment's conservation audit after the trial, summed
 	// over its SKUs. For pgbench trials of strategies that count in memory,
 	// only Active (rows the script wrote) means anything.
@@ -247,7 +259,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		Rate: spec.Rate, LateLimit: spec.LateLimit, MaxInFlight: spec.MaxInFlight, Seed: spec.Seed + uint64(serial)}
 	stock := []strategy.Stock{{SKU: sku, Total: spec.Stock}}
 	if spec.SKUs > 1 {
-		if spec.Tool != ToolGo {
+		if spec.Tool == ToolPgbench {
 			return nil, errors.New("bench: many SKUs run with the Go client only")
 		}
 		t.SKUs = spec.SKUs
@@ -300,7 +312,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	if err := e.quiet(ctx, db.Name); err != nil {
 		return nil, err
 	}
-	if spec.Tool == ToolGo {
+	if spec.Tool != ToolPgbench {
 		if err := warm(ctx, pool, poolSize); err != nil {
 			return nil, err
 		}
@@ -322,11 +334,25 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		}
 	}
 
+	var front *HTTPFront
+	if spec.Tool == ToolHTTP {
+		if front, err = startFront(ctx, spec, dep.Node(0)); err != nil {
+			if smp != nil {
+				smp.finish()
+			}
+			return nil, err
+		}
+		// However the trial ends, the listener and the server stop.
+		defer front.Close()
+	}
+
 	switch spec.Tool {
-	case ToolGo:
+	case ToolGo, ToolHTTP:
 		var s strategy.Strategy = dep.Node(0)
 		var gate *admission.Gate
-		if spec.Admission != nil {
+		if front != nil {
+			s, gate = front.Node(), front.Gate
+		} else if spec.Admission != nil {
 			if gate, err = admission.New(s, *spec.Admission); err != nil {
 				return nil, err
 			}
@@ -347,6 +373,18 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		t.Run = Drive(ctx, s, load)
 		if spec.CPUProfile != nil {
 			pprof.StopCPUProfile()
+		}
+		if front != nil {
+			// Every answer has arrived (Drive waits for them), so every
+			// handler has finished its database work; stop the server
+			// before the connections are counted and closed.
+			if err := front.Close(); err != nil {
+				if smp != nil {
+					smp.finish()
+				}
+				return nil, err
+			}
+			t.HTTPConns = front.Accepted()
 		}
 		if gate != nil {
 			st := gate.Stats()
@@ -394,7 +432,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 	if t.Cost.RedisCommands, err = redisCount.since(ctx); err != nil {
 		return nil, err
 	}
-	if spec.Tool == ToolGo {
+	if spec.Tool != ToolPgbench {
 		t.Cost.PoolConns = poolSize
 	}
 	if t.Waits != nil {
@@ -412,7 +450,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		t.Audit.Active += a.Active
 	}
 	t.Audit.SKU = sku
-	if spec.Tool == ToolGo {
+	if spec.Tool != ToolPgbench {
 		if r, ok := dep.(Retrier); ok {
 			n := r.Retries()
 			t.Retries = &n
@@ -461,6 +499,28 @@ func (e *Env) counters(ctx context.Context, database string) (counters, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return readCounters(ctx, e.admin, database)
+}
+
+// startFront serves node over HTTP for an HTTP trial. The client keeps a
+// connection per client of a closed loop, and up to the cap of requests in
+// flight for an open loop (HTTP/1.1 carries one request at a time per
+// connection); the connections the library path would have warm (its pool:
+// Clients) are connected before the window.
+func startFront(ctx context.Context, spec Spec, node strategy.Strategy) (*HTTPFront, error) {
+	conns := spec.Clients
+	if spec.Rate > 0 {
+		conns = spec.MaxInFlight
+		if conns <= 0 {
+			conns = DefaultMaxInFlight
+		}
+	}
+	limits := admission.Limits{InFlight: conns}
+	if spec.Admission != nil {
+		limits = *spec.Admission
+		conns = max(conns, spec.Admission.InFlight+spec.Admission.Queue)
+	}
+	return StartHTTPFront(ctx, HTTPFrontConfig{Node: node, Name: spec.Meta.Name, Limits: limits,
+		Conns: conns, Warm: spec.Clients, Quiet: spec.Duration + 10*time.Second})
 }
 
 // newPool opens a pool of exactly size connections (once warmed) whose
