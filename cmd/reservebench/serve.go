@@ -34,8 +34,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer db.close(logger)
+	res, err := openResources(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
 
-	scfg := strategy.Config{DB: db.pool, Stock: cfg.stock}
+	scfg := strategy.Config{DB: db.pool, Stock: cfg.stock, Resources: res.Addrs()}
 	var dep strategy.Deployment
 	if cfg.attach {
 		if cfg.meta.Attach == nil {
