@@ -56,6 +56,7 @@ func (r *results) render(perf string, plots []plotFile) string {
 	r.skusSection(&b, ix)
 	r.isolationSection(&b, ix)
 	r.batchesSection(&b, ix)
+	r.httpSection(&b, ix)
 	r.caveats(&b, ix)
 	r.reproduce(&b)
 	return b.String()
@@ -144,7 +145,9 @@ func (r *results) headline(b *strings.Builder, ix index) {
 				lo, hi = math.Min(lo, rt.Median), math.Max(hi, rt.Median)
 			}
 		}
-		if math.IsInf(lo, 0) {
+		if rep, stood := r.Config.standInFor(name); math.IsInf(lo, 0) && stood {
+			w(" as `%s` (same SQL) |\n", rep)
+		} else if math.IsInf(lo, 0) {
 			w(" no pgbench script |\n")
 		} else {
 			w(" %.2f–%.2f |\n", lo, hi)
@@ -265,12 +268,18 @@ func (r *results) method(b *strings.Builder) {
 	if cfg.SampleEvery > 0 {
 		w("| `pg_stat_activity` sampling | every %v (`pg_locks` every fourth sample) | %s |\n", cfg.SampleEvery, see("sampled-wait-states", "wait states"))
 	}
+	if len(cfg.HTTPClients)+len(cfg.HTTPLoads) > 0 && cfg.has(expHTTP) {
+		w("| HTTP beside the library | closed loop at %s clients, open loop at load %s, paired per round | %s |\n", joinInts(cfg.HTTPClients), joinFloats(cfg.HTTPLoads), see("the-http-front", "the HTTP front"))
+	}
 	w("| pgbench | `-M prepared -j %d` | %s |\n", r.Machine.Cores, see("pgbench-side-by-side", "pgbench"))
 	w("| seed of the trial order and schedules | %d | |\n", cfg.Seed)
 	w("\n")
+	if t := r.standInsText(); t != "" {
+		w("%s\n\n", t)
+	}
 	var without []string
 	for _, name := range r.strategies() {
-		if !contains(r.Pgbench, name) {
+		if _, stood := cfg.standInFor(name); !contains(r.Pgbench, name) && !stood {
 			without = append(without, "`"+name+"`")
 		}
 	}

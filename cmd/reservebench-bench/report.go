@@ -105,7 +105,7 @@ func summarize(recs []*record) []*summary {
 				wal = append(wal, t.PerHeld.WALBytes)
 				syncs = append(syncs, t.PerHeld.WALSyncs)
 				rows = append(rows, t.PerHeld.RowsWritten)
-				if t.Tool == bench.ToolGo {
+				if t.Tool != bench.ToolPgbench {
 					rtt = append(rtt, t.PerHeld.RoundTrips)
 					redisCmds = append(redisCmds, t.PerHeld.RedisCommands)
 				}
@@ -304,7 +304,7 @@ func benchLine(r *record) string {
 		metric(t.PerHeld.WALBytes, "walB/succ")
 		metric(t.PerHeld.WALSyncs, "fsync/succ")
 		metric(t.PerHeld.RowsWritten, "rows/succ")
-		if t.Tool == bench.ToolGo {
+		if t.Tool != bench.ToolPgbench {
 			metric(t.PerHeld.RoundTrips, "rtt/succ")
 			if t.PerHeld.RedisCommands > 0 {
 				metric(t.PerHeld.RedisCommands, "redis/succ")

@@ -27,6 +27,11 @@ const (
 	expSKUs      = "skus"      // closed loop over many SKUs with Zipf popularity (Go)
 	expProfile   = "profile"   // one closed-loop Go trial with a CPU profile of the client
 	expTarget    = "target"    // a target's two points, back to back (targets.go)
+	// expHTTP is not an experiment of its own cells: it adds an HTTP trial
+	// (bench.ToolHTTP) beside the Go trial of closed-loop points (Exp
+	// closed) and open-loop points (Exp open), run back to back with it in
+	// the same round, so that HTTP/library is a paired ratio (http.go).
+	expHTTP = "http"
 )
 
 // cell is one point of the sweep: everything but the trial number.
@@ -106,9 +111,36 @@ type config struct {
 	ProfileClients []int         `json:"profile_clients"`
 	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
 	Targets        []target      `json:"targets,omitempty"`
-	TargetPairs    int           `json:"target_pairs"` // back-to-back pairs per target (phase 4)
-	SampleEvery    time.Duration `json:"sample_every_ns"`
-	Seed           uint64        `json:"seed"`
+	// HTTPClients and HTTPLoads are the closed-loop client counts and the
+	// open-loop loads at which an HTTP trial runs beside the Go one.
+	HTTPClients []int     `json:"http_clients,omitempty"`
+	HTTPLoads   []float64 `json:"http_loads,omitempty"`
+	// StandIns run in the closed loop with the Go client only; for every
+	// other experiment (pgbench, sells-out, many SKUs, open loop,
+	// admission, profiles, HTTP) the strategy they name stands for them.
+	StandIns []standIn `json:"stand_ins,omitempty"`
+
+	TargetPairs int           `json:"target_pairs"` // back-to-back pairs per target (phase 4)
+	SampleEvery time.Duration `json:"sample_every_ns"`
+	Seed        uint64        `json:"seed"`
+}
+
+// standIn says that one strategy's measurements beyond the closed loop are
+// taken as another's, and why that is fair.
+type standIn struct {
+	Strategy string `json:"strategy"`
+	For      string `json:"stands_for"` // Strategy stands for For
+	Why      string `json:"why"`
+}
+
+// standIn reports the strategy that stands for name, if any.
+func (c config) standInFor(name string) (string, bool) {
+	for _, si := range c.StandIns {
+		if si.For == name && containsStr(c.Strategies, si.Strategy) {
+			return si.Strategy, true
+		}
+	}
+	return "", false
 }
 
 func (c config) has(exp string) bool {
@@ -157,13 +189,20 @@ func (s *sweep) run(ctx context.Context) error {
 	var phase1 [][]cell // groups run back to back
 	for _, m := range s.metas {
 		dep := s.probeCaps(m)
+		_, stood := s.cfg.standInFor(m.Name)
 		for _, c := range s.cfg.Clients {
 			if s.cfg.has(expClosed) {
 				g := []cell{{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", meta: m}}
-				if dep.pgbench {
+				if dep.pgbench && !stood {
 					g = append(g, cell{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolPgbench, Clients: c, Stock: "plenty", meta: m})
 				}
+				if s.cfg.has(expHTTP) && !stood && slices.Contains(s.cfg.HTTPClients, c) {
+					g = append(g, cell{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolHTTP, Clients: c, Stock: "plenty", meta: m})
+				}
 				phase1 = append(phase1, g)
+			}
+			if stood {
+				continue // the closed loop's Go client only
 			}
 			if s.cfg.has(expControl) {
 				for _, name := range dep.controls {
@@ -174,7 +213,7 @@ func (s *sweep) run(ctx context.Context) error {
 				phase1 = append(phase1, []cell{{Exp: expSellsOut, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "sellsout", meta: m}})
 			}
 		}
-		if s.cfg.has(expSKUs) && s.cfg.ManySKUs > 1 {
+		if s.cfg.has(expSKUs) && s.cfg.ManySKUs > 1 && !stood {
 			for _, c := range s.cfg.ManyClients {
 				phase1 = append(phase1, []cell{{Exp: expSKUs, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", SKUs: s.cfg.ManySKUs, meta: m}})
 			}
@@ -186,25 +225,40 @@ func (s *sweep) run(ctx context.Context) error {
 		}
 	}
 	if s.cfg.has(expOpen) {
-		for _, m := range s.metas { // an estimate until phase 2
+		for _, m := range s.measured() { // an estimate until phase 2
 			n := 1
 			if s.probeCaps(m).pgbench {
 				n = 2
 			}
 			s.planned += s.cfg.OpenTrials * len(s.cfg.OpenLoads) * n
+			if s.cfg.has(expHTTP) {
+				for _, f := range s.cfg.OpenLoads {
+					if slices.Contains(s.cfg.HTTPLoads, f) {
+						s.planned += s.cfg.OpenTrials
+					}
+				}
+			}
 		}
 	}
 	if s.cfg.has(expAdmission) {
-		s.planned += s.cfg.ExtraTrials * len(s.metas) * (len(s.cfg.AdmitClients) + len(s.cfg.ShedClients))
+		s.planned += s.cfg.ExtraTrials * len(s.measured()) * (len(s.cfg.AdmitClients) + len(s.cfg.ShedClients))
+	}
+	if s.cfg.has(expTarget) {
+		for _, t := range s.cfg.Targets {
+			if containsStr(s.cfg.Strategies, t.Strategy) && containsStr(s.cfg.Strategies, t.Against) {
+				s.planned += 2 * s.cfg.TargetPairs
+			}
+		}
 	}
 	if s.cfg.has(expProfile) {
-		for _, m := range s.metas {
+		for _, m := range s.measured() {
 			if s.probeCaps(m).pgbench {
 				s.planned += len(s.cfg.ProfileClients)
 			}
 		}
 	}
-	if err := s.rounds(ctx, "phase 1 (closed loop, pgbench, controls, sells-out, many SKUs)", phase1); err != nil {
+	s.log("planned: about %d trials (%v each with the setup around it: about %v)", s.planned, perTrial, (time.Duration(s.planned) * perTrial).Round(time.Minute))
+	if err := s.rounds(ctx, "phase 1 (closed loop, pgbench, HTTP, controls, sells-out, many SKUs)", phase1); err != nil {
 		return err
 	}
 
@@ -213,7 +267,7 @@ func (s *sweep) run(ctx context.Context) error {
 	// phase 1), Go and pgbench --rate at the same rate back to back.
 	if s.cfg.has(expOpen) {
 		var phase2 [][]cell
-		for _, m := range s.metas {
+		for _, m := range s.measured() {
 			base := s.peakClients(m.Name)
 			_, peak := s.closedGoodput(m.Name, base)
 			if peak <= 0 {
@@ -228,6 +282,11 @@ func (s *sweep) run(ctx context.Context) error {
 					pg.Tool = bench.ToolPgbench
 					g = append(g, pg)
 				}
+				if s.cfg.has(expHTTP) && slices.Contains(s.cfg.HTTPLoads, f) {
+					h := g[0]
+					h.Tool = bench.ToolHTTP
+					g = append(g, h)
+				}
 				phase2 = append(phase2, g)
 			}
 		}
@@ -240,7 +299,7 @@ func (s *sweep) run(ctx context.Context) error {
 	// which the strategy's closed-loop goodput peaked in phase 1.
 	if s.cfg.has(expAdmission) {
 		var phase3 [][]cell
-		for _, m := range s.metas {
+		for _, m := range s.measured() {
 			k := s.peakClients(m.Name)
 			if k == 0 {
 				continue
@@ -281,7 +340,6 @@ func (s *sweep) run(ctx context.Context) error {
 			}
 			phase = append(phase, []cell{num, den})
 		}
-		s.planned += 2 * s.cfg.TargetPairs * len(phase)
 		if err := s.rounds(ctx, "phase 4 (targets, back to back)", phase); err != nil {
 			return err
 		}
@@ -291,7 +349,7 @@ func (s *sweep) run(ctx context.Context) error {
 	// point (a profile of the whole process: the client is all it runs).
 	if s.cfg.has(expProfile) {
 		var phase4 [][]cell
-		for _, m := range s.metas {
+		for _, m := range s.measured() {
 			if !s.probeCaps(m).pgbench {
 				continue
 			}
@@ -304,6 +362,23 @@ func (s *sweep) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// perTrial is what a one-second trial costs with the setup around it
+// (fresh deployment, counters, quiet waits), as measured by the full sweep
+// on this 2-core machine: for the planned duration only.
+const perTrial = 1400 * time.Millisecond
+
+// measured are the strategies of the experiments beyond the closed loop:
+// all but the stand-ins' (config.StandIns).
+func (s *sweep) measured() []strategy.Meta {
+	var out []strategy.Meta
+	for _, m := range s.metas {
+		if _, stood := s.cfg.standInFor(m.Name); !stood {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func countCells(groups [][]cell) int {
