@@ -102,6 +102,17 @@ func runPartition(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	// want is the number of cut connections (dark: of requests sent into
+	// the dark, each with its own deadline). A cut connection carries at
+	// least one request, and more when the strategy serves several in one
+	// statement (combine's batches): every one of them must end unknown.
+	// The harness does not see which requests a connection carried, so it
+	// checks what it can: no request that failed was given a definite
+	// answer (info == len(cut): an error that says the outcome is known,
+	// e.g. one classified as a bad request, counts against it), and at
+	// least as many failed as connections were cut (a request on a cut
+	// connection that got an answer, SOLD_OUT or HELD, is missing from
+	// cut: a strategy with one request per connection then falls short).
 	want := len(hits)
 	if mode == "dark" {
 		want = t.in.Hits
@@ -112,8 +123,8 @@ func runPartition(ctx context.Context, t *trial) error {
 			info++
 		}
 	}
-	t.check(Base, "a request whose connection was cut ends unknown, never with a definite answer", info == want && len(cut) == want,
-		fmt.Sprintf("%d requests were cut, %d ended unknown, %d ended with an error", want, info, len(cut)))
+	t.check(Base, "a request whose connection was cut ends unknown, never with a definite answer", info == len(cut) && len(cut) >= want,
+		fmt.Sprintf("%d connections were cut (at least one request each), %d requests ended with an error, %d of them unknown", want, len(cut), info))
 	if err := t.resolveByRetry(ctx, label, cut, hits); err != nil {
 		return err
 	}

@@ -99,6 +99,9 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 			finished.Add(1)
 		}()
 	}
+	// A strategy that batches shows one backend per batch: the requests
+	// behind it wait in node 0's memory, in flight all the same
+	// (waitActivity, queueSettle).
 	if err := waitActivity(ctx, t.env.Admin, "requests of node 0 queued on the harness's lock", `wait_event_type = 'Lock'`, in.Workers, &finished); err != nil {
 		release()
 		return err
