@@ -365,9 +365,10 @@ func (s *sweep) run(ctx context.Context) error {
 }
 
 // perTrial is what a one-second trial costs with the setup around it
-// (fresh deployment, counters, quiet waits), as measured by the full sweep
-// on this 2-core machine: for the planned duration only.
-const perTrial = 1400 * time.Millisecond
+// (fresh deployment, counters, quiet waits), as measured by -quick with
+// fourteen strategies on this 2-core machine under a load average of 5 to
+// 8 (1.32 s): for the planned duration only.
+const perTrial = 1350 * time.Millisecond
 
 // measured are the strategies of the experiments beyond the closed loop:
 // all but the stand-ins' (config.StandIns).
