@@ -8,8 +8,8 @@
 //     must be able to create databases; pgtest creates its own and drops them.
 //  2. Local binaries (initdb, pg_ctl, postgres) from RESERVEBENCH_PG_BINDIR,
 //     `pg_config --bindir`, PATH, /usr/lib/postgresql/*/bin or Homebrew: a
-//     throwaway cluster in a temp dir, reached over a Unix socket in that dir.
-//     As root (CI), initdb and the server run as the `postgres` user, because
+//     throwaway cluster in a temp dir, reached over a Unix socket in that dir
+//     (in /dev/shm for a cluster without fsync, see clusterRoot). As root (CI), initdb and the server run as the `postgres` user, because
 //     PostgreSQL refuses to run as root.
 //  3. A postgres container through dockertest when a Docker daemon answers.
 //
@@ -39,6 +39,7 @@ const (
 	EnvDSN    = "RESERVEBENCH_DSN"       // use this server instead of starting one
 	EnvBinDir = "RESERVEBENCH_PG_BINDIR" // look for initdb/pg_ctl/postgres here first
 	EnvDocker = "RESERVEBENCH_DOCKER"    // "0" disables the Docker fallback
+	EnvOnDisk = "RESERVEBENCH_PG_ONDISK" // set: a cluster without fsync stays on disk too (clusterRoot)
 )
 
 // ErrNoServer is returned by Start when no way to get a server worked.

@@ -35,7 +35,7 @@ func (s *Server) StartStandby(ctx context.Context, name string) (_ *Standby, err
 	if primary == nil {
 		return nil, fmt.Errorf("%w: a standby needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
 	}
-	dir, err := os.MkdirTemp("", "pgtest-standby-")
+	dir, err := os.MkdirTemp(filepath.Dir(primary.dir), "pgtest-standby-") // beside the primary: on the same file system
 	if err != nil {
 		return nil, err
 	}
