@@ -288,6 +288,11 @@ type trial struct {
 	varying []varyingCount
 	checks  []checkOutcome
 
+	// gateTables are the tables the gate locks, listed at its first round
+	// (the deployment's tables exist from Open on).
+	gateMu     sync.Mutex
+	gateTables []string
+
 	// aborted counts transitions PostgreSQL aborted to resolve a conflict
 	// (40001, 40P01): allowed, and rerun; reported in Varying.
 	aborted atomic.Int64
