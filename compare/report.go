@@ -170,7 +170,8 @@ func (r *Report) isolationAndCost(w func(string, ...any), src Source) {
 	w("reservation costs, counted on one client sending %d reservations one after another (after two\n", costReservations)
 	w("that prepared its statements): round trips and statements by a pgx tracer, heap rows written\n")
 	w("and WAL flushes (commit records) read from the WAL itself with pg_walinspect; for a strategy\n")
-	w("that needs a Redis, the commands it ran (INFO stats), each one more round trip. The same code\n")
+	w("that needs a Redis, the commands its Redis ran (INFO stats: a Lua script's own calls count,\n")
+	w("so these are not all round trips). The same code\n")
 	w("counts the same. With one client nothing shares a flush; what these become under\n")
 	w("contention, and what they cost in time, is ")
 	if src.Performance != "" {
