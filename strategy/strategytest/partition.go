@@ -300,10 +300,32 @@ func (t *trial) resolveByRetry(ctx context.Context, label string, ops []Op, hits
 	if err != nil {
 		return err
 	}
-	committed := 0
-	answers := map[string]int{}
-	var wrong []string
+	committed, answers := t.resend(ctx, unknown, durable)
+	var parts []string
+	for _, o := range strategy.Outcomes {
+		if answers[string(o)] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", o, answers[string(o)]))
+		}
+	}
+	if label != "" {
+		t.fact(label+": unknown outcomes resolved", "committed %d, absent %d", committed, len(unknown)-committed)
+		t.fact(label+": sent again with the same key", "%s", strings.Join(parts, ", "))
+	} else {
+		t.vary("failed while the pool recovered, resolved committed", committed)
+		t.vary("failed while the pool recovered, resolved absent", len(unknown)-committed)
+	}
+	return nil
+}
+
+// resend sends each request that ended unknown again with its key, as the
+// contract tells a client to, and checks the answer against what the
+// lookup found (durable): REPLAY when the first attempt had committed, HELD
+// when it had not. It returns how many had committed and the answers.
+func (t *trial) resend(ctx context.Context, unknown []Op, durable map[string]strategy.Reservation) (committed int, answers map[string]int) {
+	answers = map[string]int{}
+	var wrong, keys []string
 	for i, op := range unknown {
+		keys = append(keys, op.Req.Key)
 		was := durable[op.Req.Key].Status != strategy.StatusNotFound
 		if was {
 			committed++
@@ -318,22 +340,9 @@ func (t *trial) resolveByRetry(ctx context.Context, label string, ops []Op, hits
 			wrong = append(wrong, fmt.Sprintf("%s: %s %s, want %s", t.plain(op.Req.Key), again.Outcome, again.Err, want))
 		}
 	}
-	var parts []string
-	for _, o := range strategy.Outcomes {
-		if answers[string(o)] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", o, answers[string(o)]))
-		}
-	}
-	if label != "" {
-		t.fact(label+": unknown outcomes resolved", "committed %d, absent %d", committed, len(unknown)-committed)
-		t.fact(label+": sent again with the same key", "%s", strings.Join(parts, ", "))
-	} else {
-		t.vary("failed while the pool recovered, resolved committed", committed)
-		t.vary("failed while the pool recovered, resolved absent", len(unknown)-committed)
-	}
 	t.check(Base, "a request sent again after an unknown outcome is REPLAY if the first committed, HELD if not", len(wrong) == 0,
 		sample(wrong), keys...)
-	return nil
+	return committed, answers
 }
 
 // proxyApp is the application_name of the connections through the
