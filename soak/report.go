@@ -56,6 +56,9 @@ func (r *Run) Markdown() []byte {
 		for _, c := range rep.Result.Observations() {
 			notes = append(notes, fmt.Sprintf("- `%s` observed: %s [%s], failed in %d of %d checks: %s", rep.Strategy, c.What, c.Claims, c.Failed, c.Trials, c.Detail))
 		}
+		if rep.Result.Skipped != "" {
+			notes = append(notes, fmt.Sprintf("- `%s` n/a: %s", rep.Strategy, rep.Result.Skipped))
+		}
 	}
 	names := make([]string, 0, len(r.Errors))
 	for n := range r.Errors {
@@ -66,7 +69,7 @@ func (r *Run) Markdown() []byte {
 		notes = append(notes, fmt.Sprintf("- `%s` **ERROR**: %s", n, r.Errors[n]))
 	}
 	if len(notes) > 0 {
-		b.WriteString("\nWhat the checks found:\n\n" + strings.Join(notes, "\n") + "\n")
+		b.WriteString("\nWhat the checks found, and what could not run:\n\n" + strings.Join(notes, "\n") + "\n")
 	} else {
 		b.WriteString("\nEvery check held for every strategy.\n")
 	}
