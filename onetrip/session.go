@@ -78,12 +78,11 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	return res, nil
 }
 
-// ExpireDue runs sqlExpireDue inside the session's transaction: the units
+// ExpireDue runs the expiry (moves) inside the session's transaction: the units
 // it reports come back only if the session commits (seed C28-09).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
-	units, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (units int, err error) {
-		err = tx.QueryRow(ctx, sqlExpireDue, s.d.skus).Scan(&units)
-		return units, err
+	units, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (int, error) {
+		return moves.ExpireDue(ctx, tx, s.d.skus)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("onetrip: session expire due: %w", err)

@@ -1,0 +1,106 @@
+package pgstrategy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// StockRow is the transitions out of HELD of a design with one stock row per
+// SKU ({p}_stock: sku, available) and its reservation rows
+// ({p}_reservation: request_key, sku, status, expires_at): hotrow's
+// statements, shared by the designs that keep its tables and change only
+// how a unit is taken (onetrip, combine). Each is one statement. Every
+// WHERE carries status = 'HELD': of several racing transitions on one row
+// the first to commit moves it, and the others, re-evaluating the WHERE on
+// the newest version (READ COMMITTED), move nothing. Units come back only
+// for rows the statement itself moved (RETURNING), in the same statement.
+type StockRow struct {
+	name                        string
+	confirm, release, expireDue string
+}
+
+const (
+	// sqlStockRowConfirm: HELD -> CONFIRMED; $3 true is ConfirmUntilExpired
+	// (a late payment that races the expiry job, C28-08), false also
+	// requires that expires_at has not passed.
+	sqlStockRowConfirm = `
+UPDATE {p}_reservation SET status = 'CONFIRMED', updated_at = now()
+WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD' AND ($3 OR expires_at >= now())`
+
+	// sqlStockRowRelease: HELD -> RELEASED and the unit back.
+	sqlStockRowRelease = `
+WITH moved AS (
+    UPDATE {p}_reservation SET status = 'RELEASED', updated_at = now()
+    WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
+    RETURNING sku
+), back AS (
+    UPDATE {p}_stock s SET available = s.available + 1
+    FROM moved WHERE s.sku = moved.sku
+    RETURNING 1
+)
+SELECT count(*)::int FROM back`
+
+	// sqlStockRowExpireDue: every due HELD row of the SKUs to EXPIRED, and
+	// the units it moved back, counted from moved only (docs 7.8.4).
+	sqlStockRowExpireDue = `
+WITH moved AS (
+    UPDATE {p}_reservation SET status = 'EXPIRED', updated_at = now()
+    WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
+    RETURNING sku
+), per AS (
+    SELECT sku, count(*)::int AS n FROM moved GROUP BY sku
+), back AS (
+    UPDATE {p}_stock s SET available = s.available + per.n
+    FROM per WHERE s.sku = per.sku
+    RETURNING per.n
+)
+SELECT coalesce(sum(n), 0)::int FROM back`
+)
+
+// NewStockRow is the transitions of strategy name over the tables named
+// prefix_stock and prefix_reservation.
+func NewStockRow(name, prefix string) StockRow {
+	p := func(sql string) string { return strings.ReplaceAll(sql, "{p}", prefix) }
+	return StockRow{name: name, confirm: p(sqlStockRowConfirm), release: p(sqlStockRowRelease), expireDue: p(sqlStockRowExpireDue)}
+}
+
+// Execer runs a statement without rows: a pool, a connection or a
+// transaction.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Confirm moves the reservation with key (of skus) from HELD to CONFIRMED
+// and reports whether this call moved it.
+func (s StockRow) Confirm(ctx context.Context, q Execer, key string, skus []string, mode strategy.ConfirmMode) (bool, error) {
+	tag, err := q.Exec(ctx, s.confirm, key, skus, mode == strategy.ConfirmUntilExpired)
+	if err != nil {
+		return false, fmt.Errorf("%s: confirm %q: %w", s.name, key, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release moves the reservation from HELD to RELEASED and gives its unit
+// back; it returns 1 if this call moved the row, else 0.
+func (s StockRow) Release(ctx context.Context, q Querier, key string, skus []string) (int, error) {
+	var units int
+	if err := q.QueryRow(ctx, s.release, key, skus).Scan(&units); err != nil {
+		return 0, fmt.Errorf("%s: release %q: %w", s.name, key, err)
+	}
+	return units, nil
+}
+
+// ExpireDue moves every due HELD reservation of skus to EXPIRED and returns
+// the units it gave back.
+func (s StockRow) ExpireDue(ctx context.Context, q Querier, skus []string) (int, error) {
+	var units int
+	if err := q.QueryRow(ctx, s.expireDue, skus).Scan(&units); err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", s.name, err)
+	}
+	return units, nil
+}
