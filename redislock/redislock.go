@@ -106,6 +106,7 @@ var schemaSQL string
 type tables struct {
 	prefix string
 	schema pgstrategy.Schema
+	moves  pgstrategy.StockRow
 }
 
 func tablesFor(opts Options) tables {
@@ -116,7 +117,7 @@ func tablesFor(opts Options) tables {
 		check, lockKey = "", lockKey+1
 	}
 	ddl := strings.NewReplacer("{p}", p, "{check}", check).Replace(schemaSQL)
-	return tables{prefix: p, schema: pgstrategy.Schema{
+	return tables{prefix: p, moves: pgstrategy.NewStockRow(Name, p), schema: pgstrategy.Schema{
 		DDL:     ddl,
 		Last:    p + "_one_active",
 		LockKey: lockKey,

@@ -93,7 +93,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 // ExpireDue runs the expiry job inside the session (kill-release).
 func (s *session) ExpireDue(ctx context.Context) (int, error) {
 	units, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (units int, err error) {
-		err = tx.QueryRow(ctx, s.d.tb.q(sqlExpireDue), s.d.skus).Scan(&units)
+		units, err = s.d.tb.moves.ExpireDue(ctx, tx, s.d.skus)
 		return units, err
 	})
 	if err != nil {

@@ -9,39 +9,10 @@ import (
 
 // The transitions out of HELD take no lock: they only ever give units
 // back, each in the statement that moves the row (strategy A's SQL over
-// this strategy's tables), so every WHERE carries status = 'HELD' and the
-// units come from the rows moved (RETURNING).
+// this strategy's tables, pgstrategy.StockRow: tables.moves), so every
+// WHERE carries status = 'HELD' and the units come from the rows moved
+// (RETURNING).
 const (
-	sqlConfirm = `
-UPDATE {p}_reservation SET status = 'CONFIRMED', updated_at = now()
-WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD' AND ($3 OR expires_at >= now())`
-
-	sqlRelease = `
-WITH moved AS (
-    UPDATE {p}_reservation SET status = 'RELEASED', updated_at = now()
-    WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
-    RETURNING sku
-), back AS (
-    UPDATE {p}_stock s SET available = s.available + 1
-    FROM moved WHERE s.sku = moved.sku
-    RETURNING 1
-)
-SELECT count(*)::int FROM back`
-
-	sqlExpireDue = `
-WITH moved AS (
-    UPDATE {p}_reservation SET status = 'EXPIRED', updated_at = now()
-    WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
-    RETURNING sku
-), per AS (
-    SELECT sku, count(*)::int AS n FROM moved GROUP BY sku
-), back AS (
-    UPDATE {p}_stock s SET available = s.available + per.n
-    FROM per WHERE s.sku = per.sku
-    RETURNING per.n
-)
-SELECT coalesce(sum(n), 0)::int FROM back`
-
 	sqlMakeDue = `
 UPDATE {p}_reservation SET expires_at = now() - interval '1 second'
 WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
@@ -57,11 +28,7 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if ok, err := n.CheckKey(key); !ok {
 		return false, err
 	}
-	tag, err := n.d.db.Exec(ctx, n.d.tb.q(sqlConfirm), key, n.d.skus, mode == strategy.ConfirmUntilExpired)
-	if err != nil {
-		return false, wrap("confirm", key, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return n.d.tb.moves.Confirm(ctx, n.d.db, key, n.d.skus, mode)
 }
 
 // Release moves the reservation from HELD to RELEASED and gives its unit
@@ -70,11 +37,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
 	}
-	var units int
-	if err := n.d.db.QueryRow(ctx, n.d.tb.q(sqlRelease), key, n.d.skus).Scan(&units); err != nil {
-		return 0, wrap("release", key, err)
-	}
-	return units, nil
+	return n.d.tb.moves.Release(ctx, n.d.db, key, n.d.skus)
 }
 
 // ExpireDue moves every due HELD reservation to EXPIRED and gives the
@@ -83,11 +46,7 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err := n.Check(); err != nil {
 		return 0, err
 	}
-	var units int
-	if err := n.d.db.QueryRow(ctx, n.d.tb.q(sqlExpireDue), n.d.skus).Scan(&units); err != nil {
-		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
-	}
-	return units, nil
+	return n.d.tb.moves.ExpireDue(ctx, n.d.db, n.d.skus)
 }
 
 // MakeDue moves expires_at of these HELD reservations into the past.
