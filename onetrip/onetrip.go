@@ -160,48 +160,17 @@ var (
 // errInvisibleConflict since Open.
 func (d *Deployment) Retries() int64 { return d.retries.Load() }
 
-// sqlAudit reads stock and active reservations in one statement, so one
-// snapshot: the three numbers belong together.
-const sqlAudit = `
-SELECT s.sku, s.total, s.available,
-       (SELECT count(*) FROM onetrip_reservation r
-         WHERE r.sku = s.sku AND r.status IN ('HELD', 'CONFIRMED'))::int AS active
-FROM onetrip_stock s
-WHERE s.sku = ANY($1)
-ORDER BY array_position($1, s.sku)`
-
 // Audit reports total, the available column and the HELD and CONFIRMED rows
-// of each of the deployment's SKUs, in Config order.
+// of each of the deployment's SKUs, in Config order (pgstrategy.StockRow).
 func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
-	rows, err := d.db.Query(ctx, sqlAudit, d.skus)
-	if err != nil {
-		return nil, fmt.Errorf("onetrip: audit: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (strategy.StockAudit, error) {
-		var a strategy.StockAudit
-		err := row.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("onetrip: audit: %w", err)
-	}
-	return out, nil
+	return moves.Audit(ctx, d.db, d.skus)
 }
 
-// sqlMakeDue moves expires_at of HELD rows into the past, as seed 000 does
-// to simulate expiry.
-const sqlMakeDue = `
-UPDATE onetrip_reservation SET expires_at = now() - interval '1 second', updated_at = now()
-WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
-
 // MakeDue makes the HELD reservations with these keys (of this deployment's
-// SKUs) due and returns how many it moved.
+// SKUs) due, as seed 000 does to simulate expiry, and returns how many it
+// moved.
 func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
-	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
-	if err != nil {
-		return 0, fmt.Errorf("onetrip: make due: %w", err)
-	}
-	return int(tag.RowsAffected()), nil
+	return moves.MakeDue(ctx, d.db, keys, d.skus)
 }
 
 // node is one handle on the deployment; its Handle says whether it was

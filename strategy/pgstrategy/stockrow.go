@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// StockRow is the transitions out of HELD of a design with one stock row per
-// SKU ({p}_stock: sku, available) and its reservation rows
+// StockRow is the transitions out of HELD, the audit and MakeDue of a
+// design with one stock row per SKU ({p}_stock: sku, available) and its reservation rows
 // ({p}_reservation: request_key, sku, status, expires_at): hotrow's
 // statements, shared by the designs that keep its tables and change only
 // how a unit is taken (onetrip, combine). Each is one statement. Every
@@ -20,8 +21,8 @@ import (
 // the newest version (READ COMMITTED), move nothing. Units come back only
 // for rows the statement itself moved (RETURNING), in the same statement.
 type StockRow struct {
-	name                        string
-	confirm, release, expireDue string
+	name                                        string
+	confirm, release, expireDue, audit, makeDue string
 }
 
 const (
@@ -60,13 +61,30 @@ WITH moved AS (
     RETURNING per.n
 )
 SELECT coalesce(sum(n), 0)::int FROM back`
+
+	// sqlStockRowAudit reads stock and active reservations in one
+	// statement, so one snapshot: the three numbers belong together.
+	sqlStockRowAudit = `
+SELECT s.sku, s.total, s.available,
+       (SELECT count(*) FROM {p}_reservation r
+         WHERE r.sku = s.sku AND r.status IN ('HELD', 'CONFIRMED'))::int AS active
+FROM {p}_stock s
+WHERE s.sku = ANY($1)
+ORDER BY array_position($1, s.sku)`
+
+	// sqlStockRowMakeDue moves expires_at of HELD rows into the past, as
+	// seed 000 does to simulate expiry.
+	sqlStockRowMakeDue = `
+UPDATE {p}_reservation SET expires_at = now() - interval '1 second', updated_at = now()
+WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 )
 
 // NewStockRow is the transitions of strategy name over the tables named
 // prefix_stock and prefix_reservation.
 func NewStockRow(name, prefix string) StockRow {
 	p := func(sql string) string { return strings.ReplaceAll(sql, "{p}", prefix) }
-	return StockRow{name: name, confirm: p(sqlStockRowConfirm), release: p(sqlStockRowRelease), expireDue: p(sqlStockRowExpireDue)}
+	return StockRow{name: name, confirm: p(sqlStockRowConfirm), release: p(sqlStockRowRelease), expireDue: p(sqlStockRowExpireDue),
+		audit: p(sqlStockRowAudit), makeDue: p(sqlStockRowMakeDue)}
 }
 
 // Execer runs a statement without rows: a pool, a connection or a
@@ -103,4 +121,32 @@ func (s StockRow) ExpireDue(ctx context.Context, q Querier, skus []string) (int,
 		return 0, fmt.Errorf("%s: expire due: %w", s.name, err)
 	}
 	return units, nil
+}
+
+// Audit reports total, the available column and the HELD and CONFIRMED rows
+// of each of skus, in that order.
+func (s StockRow) Audit(ctx context.Context, q Querier, skus []string) ([]strategy.StockAudit, error) {
+	rows, err := q.Query(ctx, s.audit, skus)
+	if err != nil {
+		return nil, fmt.Errorf("%s: audit: %w", s.name, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := row.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: audit: %w", s.name, err)
+	}
+	return out, nil
+}
+
+// MakeDue makes the HELD reservations with these keys (of skus) due and
+// returns how many it moved.
+func (s StockRow) MakeDue(ctx context.Context, q Execer, keys, skus []string) (int, error) {
+	tag, err := q.Exec(ctx, s.makeDue, keys, skus)
+	if err != nil {
+		return 0, fmt.Errorf("%s: make due: %w", s.name, err)
+	}
+	return int(tag.RowsAffected()), nil
 }
