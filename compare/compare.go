@@ -43,9 +43,12 @@ type Options struct {
 	ShortScenarios []string
 	// Parallel is how many strategies run at once (default 1).
 	Parallel int
-	// slots, when set, bounds the strategies running at once instead of
-	// Parallel: Table shares it between the strategies and the controls.
-	slots chan struct{}
+	// slots, when set, are the slots of the run instead of Parallel's:
+	// Table shares them between the strategies and the controls.
+	slots *slots
+	// control marks a run of negative controls: their cells take a slot
+	// only when no strategy's cell waits for one (slots.go).
+	control bool
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -176,7 +179,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Scenarios: scenarios, Strategies: make([]*StrategyReport, len(opts.Strategies))}
 	sem := opts.slots
 	if sem == nil {
-		sem = make(chan struct{}, max(opts.Parallel, 1))
+		sem = newSlots(max(opts.Parallel, 1), pacedSlots)
 	}
 	var wg sync.WaitGroup
 	for i, meta := range opts.Strategies {
@@ -192,12 +195,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 // runStrategy runs every scenario against one strategy. The scenarios that
 // need a server of their own run in their lanes (lanes.go), one strategy at
-// a time per lane, while the others run on a database of the strategy's
-// own with a slot of sem: the lanes overlap the slots, so the exclusive
-// scenarios of every strategy, added up, never queue behind the rest.
-// Whatever goes wrong becomes an ERROR result of the scenario it happened
-// in.
-func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario, sem chan struct{}) *StrategyReport {
+// a time per lane; the others run one after the other on a database of the
+// strategy's own, heaviest first, each cell with a slot of sem (slots.go):
+// the lanes overlap the slots, so the exclusive scenarios of every
+// strategy, added up, never queue behind the rest. Whatever goes wrong
+// becomes an ERROR result of the scenario it happened in.
+func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenarios []*strategytest.Scenario, sem *slots) *StrategyReport {
 	sr := &StrategyReport{Meta: meta, Results: make([]*strategytest.Result, len(scenarios))}
 	logf := func(r *strategytest.Result, in *strategytest.Scenario) {
 		if opts.Logf != nil {
@@ -213,6 +216,10 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		return sr
 	}
 	exclusive := func(in *strategytest.Scenario) bool { return in.ExclusiveServer && opts.ExclusiveDatabase != nil }
+	bonus := strategyWeight
+	if opts.control {
+		bonus = 0
+	}
 	// What the strategy needs besides PostgreSQL (its Redis), started for
 	// it alone: some scenarios kill it.
 	res, err := resourcetest.Start(ctx, meta)
@@ -235,31 +242,56 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		}
 	}
 	defer lane.Wait()
-	sem <- struct{}{}
-	defer func() { <-sem }()
-	start := time.Now() // from here on the strategy has its slot
-
-	db, admin, done, err := opts.Database(ctx, meta.Name)
-	if err != nil {
-		lane.Wait()
-		return failAll(fmt.Errorf("database for %s: %w", meta.Name, err))
-	}
-	defer done()
-	if opts.Cost {
-		sr.Cost = costOnItsOwn(ctx, opts, meta)
-	}
-	hung := ""
+	// Heaviest first; the results keep the table's order.
+	order := make([]int, 0, len(scenarios))
 	for i, in := range scenarios {
-		if exclusive(in) {
-			continue
+		if !exclusive(in) {
+			order = append(order, i)
 		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return weight(scenarios[order[a]]) > weight(scenarios[order[b]]) })
+	if opts.control {
+		if err := sem.controlRows.acquire(ctx, 0); err != nil {
+			return failAll(fmt.Errorf("not run: waiting for a slot: %w", err))
+		}
+		defer sem.controlRows.release()
+	}
+	start := time.Now()
+
+	if opts.Cost && sem.work.acquire(ctx, bonus+costWeight) == nil {
+		sr.Cost = costOnItsOwn(ctx, opts, meta)
+		sem.work.release()
+	}
+	// The database is made when the first cell has its slot: some forty
+	// strategies and controls are under way at once, and their pools close
+	// what stays idle (pgtest.IdleClose) while they wait for the next.
+	var db, admin *pgxpool.Pool
+	hung := ""
+	for _, i := range order {
+		in := scenarios[i]
 		if hung != "" {
 			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung))
 			continue
 		}
+		pool := sem.pool(in)
+		if err := pool.acquire(ctx, bonus+weight(in)); err != nil {
+			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: waiting for a slot: %w", err))
+			continue
+		}
+		if db == nil {
+			var done func()
+			var err error
+			if db, admin, done, err = opts.Database(ctx, meta.Name); err != nil {
+				pool.release()
+				lane.Wait()
+				return failAll(fmt.Errorf("database for %s: %w", meta.Name, err))
+			}
+			defer done()
+		}
 		e := env(in)
 		e.DB, e.Admin = db, admin
 		r, abandoned := runScenarioBounded(ctx, opts, e, in)
+		pool.release()
 		if abandoned {
 			hung = in.Name
 		}
@@ -267,7 +299,7 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		logf(r, in)
 	}
 	if opts.Logf != nil {
-		opts.Logf("%-16s all scenarios but the exclusive ones in %v (from its slot)", meta.Name, time.Since(start).Round(time.Millisecond))
+		opts.Logf("%-16s all scenarios but the exclusive ones in %v (from its first cell, slots shared)", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
 	return sr
 }

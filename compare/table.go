@@ -72,15 +72,16 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	}
 
 	start := time.Now()
-	// The strategies and the controls take turns on the same par slots:
-	// the controls fill the slots the strategies' tail leaves idle.
-	slots := make(chan struct{}, par)
+	// The strategies and the controls take turns on the same par slots
+	// (and the paced ones): a control's cell waits until no strategy's
+	// does, so the controls fill the slots the strategies' tail leaves idle.
+	slots := newSlots(par, pacedSlots)
 	var controlReports []*ControlReport
 	controlsDone := make(chan struct{})
 	go func() {
 		defer close(controlsDone)
 		if opts.Controls {
-			controlReports = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots})
+			controlReports = runControls(ctx, Options{Short: testing.Short(), ShortScenarios: []string{"storm"}, Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, slots: slots, control: true})
 		}
 	}()
 	rep, err := Run(ctx, Options{Strategies: strategies, Short: testing.Short(), Database: newDB, ExclusiveDatabase: exclusiveDB, Logf: t.Logf, Cost: true, slots: slots})

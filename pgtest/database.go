@@ -183,6 +183,10 @@ func DB(tb testing.TB) *pgxpool.Pool {
 }
 
 // OpenPool opens a pool on dsn with at most maxConns connections (0: 32).
+// A connection idle for IdleClose is closed: a harness runs dozens of
+// strategies at once, each with pools kept warm between its scenarios, and
+// the idle connections of those waiting for their next turn would fill the
+// server's max_connections.
 func OpenPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -192,12 +196,17 @@ func OpenPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, e
 		maxConns = 32
 	}
 	cfg.MaxConns = maxConns
+	cfg.MaxConnIdleTime = IdleClose
+	cfg.HealthCheckPeriod = IdleClose / 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: open pool: %w", err)
 	}
 	return pool, nil
 }
+
+// IdleClose is how long a connection of an OpenPool pool stays open idle.
+const IdleClose = 30 * time.Second
 
 func openPool(tb testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 	tb.Helper()

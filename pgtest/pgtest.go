@@ -243,6 +243,11 @@ var shared struct {
 	err  error
 }
 
+// SharedMaxConnections is the shared server's max_connections: every test
+// of a binary uses it at once, and table 28-1 has every strategy under way
+// together, each keeping its pools warm between its scenarios.
+const SharedMaxConnections = 1000
+
 // Shared returns this process's server, starting it on first use. It is
 // stopped by Main after the tests, or by the guard when the process exits.
 func Shared(tb testing.TB) *Server {
@@ -250,7 +255,7 @@ func Shared(tb testing.TB) *Server {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		shared.srv, shared.err = Start(ctx, Options{})
+		shared.srv, shared.err = Start(ctx, Options{MaxConnections: SharedMaxConnections})
 	})
 	if shared.err != nil {
 		tb.Fatalf("%v", shared.err)

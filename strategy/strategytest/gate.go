@@ -64,12 +64,17 @@ func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
 	// One round trip closes the gate (a query without arguments goes as a
 	// simple query, statements and all): table 28-1 runs some 12,000 gated
 	// rounds, and BEGIN, SET and LOCK one by one were a tenth of its
-	// statements. Opening it is a ROLLBACK, on every path.
-	defer conn.Exec(context.Background(), "ROLLBACK") //nolint:errcheck // a warning outside a transaction
+	// statements. Opening it is a ROLLBACK, on every path: here when no
+	// other path did.
+	tx := &gateTx{conn: conn}
+	defer func() {
+		if !tx.open {
+			conn.Exec(context.Background(), "ROLLBACK") //nolint:errcheck // a warning outside a transaction
+		}
+	}()
 	if _, err := conn.Exec(ctx, "BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("gate: lock the strategy's tables: %w", err)
 	}
-	tx := gateTx{conn}
 	gatePID := conn.Conn().PgConn().PID()
 
 	var finished atomic.Int64
@@ -124,10 +129,14 @@ func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
 }
 
 // gateTx opens the gate: the ROLLBACK of its transaction.
-type gateTx struct{ conn *pgxpool.Conn }
+type gateTx struct {
+	conn *pgxpool.Conn
+	open bool // rolled back: the gate is open
+}
 
-func (g gateTx) Rollback(ctx context.Context) error {
+func (g *gateTx) Rollback(ctx context.Context) error {
 	_, err := g.conn.Exec(ctx, "ROLLBACK")
+	g.open = err == nil
 	return err
 }
 

@@ -110,6 +110,11 @@ type Scenario struct {
 	// ExclusiveServer marks scenarios that crash or reconfigure the server:
 	// they run only where the harness has a server of their own (Env.Server).
 	ExclusiveServer bool `json:"exclusive_server,omitempty"`
+	// Paced marks scenarios whose time is mostly the seed's own timers (a
+	// handler's work_ms, a read timeout), not work: a harness running many
+	// cells at once (compare) gives them slots of their own, so their waits
+	// never keep a busy cell from a core. It changes nothing in a trial.
+	Paced bool `json:"paced,omitempty"`
 
 	// The http-* kinds: the front's admission limits (in_flight, queue,
 	// wait_ms), the extra work per admitted request before the strategy
