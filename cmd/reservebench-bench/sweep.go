@@ -424,6 +424,9 @@ func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
 	if t.Script != "" {
 		den.Tool, den.Script = bench.ToolPgbench, t.Script
 	}
+	if t.NumScript != "" {
+		num.Tool, num.Script = bench.ToolPgbench, t.NumScript
+	}
 	return num, den, true
 }
 

@@ -20,6 +20,9 @@ type target struct {
 	// strategy's best client count).
 	Strategy string `json:"strategy"`
 	Clients  int    `json:"clients,omitempty"`
+	// NumScript, when set, measures Strategy's control script NumScript
+	// (pgbench) instead of its Go reservation.
+	NumScript string `json:"num_script,omitempty"`
 	// Against: strategy Against's control script Script (pgbench), or its
 	// Go reservation when Script is "", at AgainstClients (0: at its best).
 	Against        string `json:"against"`
@@ -57,6 +60,12 @@ func (t targetResult) verdict() string {
 // numSide reports whether c is a trial of the target's numerator in
 // experiment exp (expClosed: phase 1; expTarget: the back-to-back pairs).
 func (t target) numSide(c cell, exp string) bool {
+	if t.NumScript != "" {
+		if exp == expClosed {
+			exp = expControl
+		}
+		return c.Exp == exp && c.Strategy == t.Strategy && c.Script == t.NumScript
+	}
 	return c.Exp == exp && c.Strategy == t.Strategy && c.Tool == bench.ToolGo
 }
 
@@ -78,8 +87,8 @@ func (t target) denSide(c cell, exp string) bool {
 func (r *results) measureTargets() []targetResult {
 	var out []targetResult
 	for _, t := range r.Config.Targets {
-		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) {
-			continue // the control script did not run
+		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) || t.NumScript != "" && !containsStr(r.Caps[t.Strategy], t.NumScript) {
+			continue // a control script did not run
 		}
 		exp := expClosed
 		for _, rc := range r.Trials {
@@ -180,7 +189,11 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 			if !t.BackToBack {
 				how = " (phase 1's trials, paired by round)"
 			}
-			w("| %s | `%s` Go at %s: %s | %s | %s%s | %.2g | %s |\n", t.What, t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num), against, fmtRatio(t.Ratio), how, t.Min, t.verdict())
+			measured := fmt.Sprintf("`%s` Go at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
+			if t.NumScript != "" {
+				measured = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Strategy, t.NumScript, clientsStr(t.NumClients), fmtCI(t.Num))
+			}
+			w("| %s | %s | %s | %s%s | %.2g | %s |\n", t.What, measured, against, fmtRatio(t.Ratio), how, t.Min, t.verdict())
 		}
 		w("\n")
 	}
