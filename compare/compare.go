@@ -41,7 +41,8 @@ type Options struct {
 	// negative controls' storm: a broken decrement sells 1,000 of 1,000
 	// requests as surely as 10,000 of 10,000, in a tenth of the time).
 	ShortScenarios []string
-	// Parallel is how many strategies run at once (default 1).
+	// Parallel is how many cells run at once, heaviest first (default 1;
+	// the paced scenarios have slots of their own, slots.go).
 	Parallel int
 	// slots, when set, are the slots of the run instead of Parallel's:
 	// Table shares them between the strategies and the controls.

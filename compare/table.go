@@ -34,10 +34,11 @@ type TableOptions struct {
 	// a ".short" or ".partial" suffix instead, so a committed table is never
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
-	// Parallel is how many strategies and controls hold a slot at once (0
-	// means 3: most of a scenario's time is spent waiting on locks and round
-	// trips, not on the 2 cores CI has). The scenarios that need a server of
-	// their own run in lanes beside the slots.
+	// Parallel is how many cells (a scenario against a strategy or a
+	// control) run at once (0 means 3 on the 2 cores CI has: a cell waits
+	// on locks and round trips part of the time), heaviest first
+	// (slots.go). The paced scenarios have slots of their own, and the
+	// scenarios that need a server of their own run in lanes beside them.
 	Parallel int
 	// Source says what the table's header links to (the zero value suits
 	// this repository's docs/); a module of its own names its own command.
