@@ -125,6 +125,7 @@ func runRequests(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	t.settled = durable
 	for _, d := range durable {
 		if d.Status.Active() {
 			sku := t.plain(d.SKU)

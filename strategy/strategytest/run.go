@@ -292,6 +292,11 @@ type trial struct {
 	// (the deployment's tables exist from Open on).
 	gateMu     sync.Mutex
 	gateTables []string
+	// settled is what a runner looked up as its last act, once every call
+	// of the trial had returned: checkDurable, which runs next, reads those
+	// keys from it instead of asking the strategy again (storm would look
+	// up its 10,000 keys twice).
+	settled map[string]strategy.Reservation
 
 	// aborted counts transitions PostgreSQL aborted to resolve a conflict
 	// (40001, 40P01): allowed, and rerun; reported in Varying.
@@ -479,9 +484,20 @@ func (t *trial) checkDurable(ctx context.Context) error {
 			keys = append(keys, op.Req.Key)
 		}
 	}
-	durable, err := t.lookupAll(ctx, keys)
+	var missing []string
+	for _, k := range keys {
+		if _, ok := t.settled[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	durable, err := t.lookupAll(ctx, missing)
 	if err != nil {
 		return err
+	}
+	for k, r := range t.settled {
+		if seen[k] {
+			durable[k] = r
+		}
 	}
 
 	var lost, leaked, mismatched, unknownCommitted, unknownAbsent []string
