@@ -22,7 +22,7 @@ import (
 const (
 	// sqlTakeAndInsert inserts the reservation, then decrements the hot
 	// row for it, in one statement. The insert comes first so that the
-	// work of writing the row and its four index entries is done before
+	// work of writing the row and its three index entries is done before
 	// the row lock is taken: the lock covers only the decrement and the
 	// commit, as in the bare UPDATE. The stock row is read twice, no more:
 	// every other reader and writer of the SKU queues on that one page.
