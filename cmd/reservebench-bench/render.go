@@ -349,6 +349,15 @@ func (r *results) closedSection(b *strings.Builder, ix index, perf string, plots
 	if len(cut) > 0 {
 		w("The slowest success took at least half the %v window at these points, so their tails are lower bounds (%s): %s.\n\n", r.Config.Duration, see("the-window-cuts-the-tail", "the window cuts the tail"), strings.Join(cut, ", "))
 	}
+	var reran []string
+	for _, rc := range r.Trials {
+		if rc.Reruns > 0 {
+			reran = append(reran, fmt.Sprintf("`%s` %s at %d clients (%s, round %d, %d time(s))", rc.Cell.Strategy, toolName(rc.Cell.Tool), rc.Cell.Clients, rc.Cell.Exp, rc.Round, rc.Reruns))
+		}
+	}
+	if len(reran) > 0 {
+		w("Run again because pgbench aborted a client on PostgreSQL's internal error \"new multixact has more than one updating member\", which it cannot retry (the Go client of `hotrow` retries it): %s. Only the complete trial is counted.\n\n", strings.Join(reran, ", "))
+	}
 }
 
 func (r *results) costSection(b *strings.Builder, ix index) {

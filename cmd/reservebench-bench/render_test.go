@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -209,4 +210,20 @@ func slug(h string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestRerunnable: only pgbench's abort on PostgreSQL's multixact error is
+// run again; every other failure ends the sweep.
+func TestRerunnable(t *testing.T) {
+	abort := errors.New(`bench: pgbench -n -M prepared -c 32: exit status 2
+pgbench: error: client 12 script 0 aborted in command 6 query 0: ERROR:  new multixact has more than one updating member: 0 20[538456 (keysh)]
+pgbench: error: Run was aborted; the above results are incomplete.`)
+	if !rerunnable(abort) {
+		t.Error("the multixact abort is not run again")
+	}
+	for _, err := range []error{nil, errors.New("bench: pgbench: exit status 2\npgbench: error: client 0 aborted in command 2: ERROR:  relation \"x\" does not exist")} {
+		if rerunnable(err) {
+			t.Errorf("%v is run again", err)
+		}
+	}
 }

@@ -176,7 +176,24 @@ type record struct {
 	Trial *bench.Trial `json:"trial"`
 	// Profile summarizes the client's CPU profile (expProfile).
 	Profile *clientProfile `json:"profile,omitempty"`
+	// Reruns counts the trials of this point and round thrown away before
+	// this one (rerunnable: pgbench aborted on an error it cannot retry).
+	Reruns int `json:"reruns,omitempty"`
 }
+
+// rerunnable reports whether a failed trial is run again rather than
+// ending the sweep: pgbench retries only 40001 and 40P01 and aborts the
+// client on anything else, and PostgreSQL 15 can fail an UPDATE of a row
+// that many transactions lock at once with the internal error "new
+// multixact has more than one updating member" (XX000), which hotrow's Go
+// client retries (hotrow/reserve.go) and pgbench cannot. A trial that met
+// it is incomplete; it is run again, at most maxReruns times, and the
+// report says where.
+func rerunnable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "new multixact has more than one updating member")
+}
+
+const maxReruns = 2
 
 // run executes phase by phase. Within a phase, every round runs each cell
 // once, in an order shuffled per round, and Go and pgbench trials of one
@@ -526,10 +543,15 @@ func (s *sweep) one(ctx context.Context, c cell, round int) error {
 		spec.Duration = max(s.cfg.ProfileWindow, s.cfg.Duration)
 	}
 	t, err := s.env.RunTrial(ctx, spec)
+	reruns := 0
+	for ; rerunnable(err) && reruns < maxReruns; reruns++ {
+		s.log("%s (round %d): pgbench aborted on PostgreSQL's \"new multixact has more than one updating member\", which it cannot retry: the trial runs again", prefix, round)
+		t, err = s.env.RunTrial(ctx, spec)
+	}
 	if err != nil {
 		return fmt.Errorf("%s (round %d): %w", prefix, round, err)
 	}
-	rec := &record{Cell: c, Round: round, Trial: t}
+	rec := &record{Cell: c, Round: round, Trial: t, Reruns: reruns}
 	if c.Exp == expProfile {
 		if rec.Profile, err = summarizeProfile(prof.Bytes(), c.Strategy); err != nil {
 			return fmt.Errorf("%s: %w", prefix, err)
