@@ -117,7 +117,7 @@ func run() error {
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{32},
 		ProfileClients: []int{32}, ProfileWindow: 2 * *duration,
-		Targets: targets, TargetPairs: 3,
+		Targets: targets, TargetPairs: 3, TargetPeakClients: []int{2, 4},
 		HTTPClients: []int{1, 8, 32}, HTTPLoads: []float64{0.6}, StandIns: standIns,
 		SampleEvery: *sample, Seed: *seed}
 	if *quick {
@@ -127,7 +127,7 @@ func run() error {
 		// many-SKUs nor the profiled trials.
 		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials, cfg.Clients = "quick", 1, 1, 1, []int{1, 32}
 		cfg.SellsOutClients, cfg.OpenLoads, cfg.AdmitClients, cfg.ShedClients = nil, []float64{0.9}, []int{32}, nil
-		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow, cfg.TargetPairs = nil, nil, *duration, 1
+		cfg.ManyClients, cfg.ProfileClients, cfg.ProfileWindow, cfg.TargetPairs, cfg.TargetPeakClients = nil, nil, *duration, 1, nil
 		cfg.HTTPClients, cfg.HTTPLoads = []int{1, 32}, []float64{0.9}
 	}
 	if *trials > 0 {

@@ -19,14 +19,15 @@ import (
 
 // Experiments of the sweep. Each trial belongs to one.
 const (
-	expClosed    = "closed"    // closed loop, stock that never sells out, Go and pgbench side by side
-	expControl   = "control"   // pgbench control scripts (parts of a reservation), same clients
-	expSellsOut  = "sellsout"  // closed loop, stock that sells out early in the window (Go)
-	expOpen      = "open"      // open loop, Poisson arrivals at fractions of the closed-loop peak (Go, and pgbench --rate)
-	expAdmission = "admission" // closed loop through admission.Gate (Go)
-	expSKUs      = "skus"      // closed loop over many SKUs with Zipf popularity (Go)
-	expProfile   = "profile"   // one closed-loop Go trial with a CPU profile of the client
-	expTarget    = "target"    // a target's two points, back to back (targets.go)
+	expClosed    = "closed"      // closed loop, stock that never sells out, Go and pgbench side by side
+	expControl   = "control"     // pgbench control scripts (parts of a reservation), same clients
+	expSellsOut  = "sellsout"    // closed loop, stock that sells out early in the window (Go)
+	expOpen      = "open"        // open loop, Poisson arrivals at fractions of the closed-loop peak (Go, and pgbench --rate)
+	expAdmission = "admission"   // closed loop through admission.Gate (Go)
+	expSKUs      = "skus"        // closed loop over many SKUs with Zipf popularity (Go)
+	expProfile   = "profile"     // one closed-loop Go trial with a CPU profile of the client
+	expTarget    = "target"      // a target's two points, back to back (targets.go)
+	expPeak      = "target-peak" // a target's sides at client counts between the sweep's, where a peak may lie
 	// expHTTP is not an experiment of its own cells: it adds an HTTP trial
 	// (bench.ToolHTTP) beside the Go trial of closed-loop points (Exp
 	// closed) and open-loop points (Exp open), run back to back with it in
@@ -120,9 +121,13 @@ type config struct {
 	// admission, profiles, HTTP) the strategy they name stands for them.
 	StandIns []standIn `json:"stand_ins,omitempty"`
 
-	TargetPairs int           `json:"target_pairs"` // back-to-back pairs per target (phase 4)
-	SampleEvery time.Duration `json:"sample_every_ns"`
-	Seed        uint64        `json:"seed"`
+	TargetPairs int `json:"target_pairs"` // back-to-back pairs per target (phase 4)
+	// TargetPeakClients are client counts at which a target's sides that
+	// are taken at their peak also run (phase 3b): a hot row peaks at 1
+	// or 2 clients, between the sweep's 1 and 8.
+	TargetPeakClients []int         `json:"target_peak_clients,omitempty"`
+	SampleEvery       time.Duration `json:"sample_every_ns"`
+	Seed              uint64        `json:"seed"`
 }
 
 // standIn says that one strategy's measurements beyond the closed loop are
@@ -266,6 +271,7 @@ func (s *sweep) run(ctx context.Context) error {
 				s.planned += 2 * s.cfg.TargetPairs
 			}
 		}
+		s.planned += s.cfg.Trials * countCells(s.peakCells())
 	}
 	if s.cfg.has(expProfile) {
 		for _, m := range s.measured() {
@@ -347,6 +353,14 @@ func (s *sweep) run(ctx context.Context) error {
 	// chose, run back to back TargetPairs times (alternating which goes
 	// first): the machine's disk and neighbours drift minute to minute,
 	// and a ratio of two trials seconds apart cancels most of it.
+	// Phase 3b: the sides of the targets taken at their peak, at the
+	// client counts between the sweep's where that peak may lie; phase 4
+	// then pairs each side at its best count of phases 1 and 3b.
+	if s.cfg.has(expTarget) {
+		if err := s.rounds(ctx, "phase 3b (targets: client counts between the sweep's)", s.peakCells()); err != nil {
+			return err
+		}
+	}
 	if s.cfg.has(expTarget) && s.cfg.TargetPairs > 0 {
 		var phase [][]cell
 		for _, t := range s.cfg.Targets {
@@ -418,6 +432,24 @@ func roundRate(r float64) float64 {
 // reservation and the denominator's (pgbench control script, or Go
 // reservation), each at the client count phase 1 chose for it.
 func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
+	num, den, ok = s.sides(t)
+	if !ok {
+		return cell{}, cell{}, false
+	}
+	recs := s.trials
+	nc := pickClients(recs, func(r *record) bool { return t.numSide(r.Cell, expClosed) || t.numSide(r.Cell, expPeak) }, t.Clients)
+	dc := pickClients(recs, func(r *record) bool { return t.denSide(r.Cell, expClosed) || t.denSide(r.Cell, expPeak) }, t.AgainstClients)
+	if nc == 0 || dc == 0 {
+		return cell{}, cell{}, false
+	}
+	num.Clients, den.Clients = nc, dc
+	return num, den, true
+}
+
+// sides are a target's two cells for phase 4, without their client
+// counts: the numerator's Go reservation (or control script) and the
+// denominator's pgbench control script or Go reservation.
+func (s *sweep) sides(t target) (num, den cell, ok bool) {
 	var nm, dm strategy.Meta
 	for _, m := range s.metas {
 		if m.Name == t.Strategy {
@@ -430,14 +462,8 @@ func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
 	if nm.Name == "" || dm.Name == "" {
 		return cell{}, cell{}, false
 	}
-	recs := s.trials
-	nc := pickClients(recs, func(r *record) bool { return t.numSide(r.Cell, expClosed) }, t.Clients)
-	dc := pickClients(recs, func(r *record) bool { return t.denSide(r.Cell, expClosed) }, t.AgainstClients)
-	if nc == 0 || dc == 0 {
-		return cell{}, cell{}, false
-	}
-	num = cell{Exp: expTarget, Strategy: t.Strategy, Tool: bench.ToolGo, Clients: nc, Stock: "plenty", meta: nm}
-	den = cell{Exp: expTarget, Strategy: t.Against, Tool: bench.ToolGo, Clients: dc, Stock: "plenty", meta: dm}
+	num = cell{Exp: expTarget, Strategy: t.Strategy, Tool: bench.ToolGo, Stock: "plenty", meta: nm}
+	den = cell{Exp: expTarget, Strategy: t.Against, Tool: bench.ToolGo, Stock: "plenty", meta: dm}
 	if t.Script != "" {
 		den.Tool, den.Script = bench.ToolPgbench, t.Script
 	}
@@ -447,10 +473,51 @@ func (s *sweep) targetCells(t target) (num, den cell, ok bool) {
 	return num, den, true
 }
 
+// peakCells are phase 3b's points: each side of a target taken at its
+// peak (Clients or AgainstClients 0), at every TargetPeakClients count
+// the sweep's Clients lack, the two sides of one count in one group.
+func (s *sweep) peakCells() [][]cell {
+	var out [][]cell
+	seen := map[string]bool{}
+	for _, t := range s.cfg.Targets {
+		num, den, ok := s.sides(t)
+		if !ok {
+			continue
+		}
+		for _, c := range s.cfg.TargetPeakClients {
+			if slices.Contains(s.cfg.Clients, c) {
+				continue
+			}
+			var g []cell
+			for _, side := range []struct {
+				c    cell
+				peak bool
+			}{{num, t.Clients == 0}, {den, t.AgainstClients == 0}} {
+				x := side.c
+				x.Exp, x.Clients = expPeak, c
+				if x.Script != "" && !slices.Contains(s.probeCaps(x.meta).controls, x.Script) {
+					continue // no such control script (or no pgbench): the target is not measured
+				}
+				key := fmt.Sprintf("%s/%s/%s/%d", x.Strategy, x.Tool, x.Script, c)
+				if side.peak && !seen[key] {
+					seen[key] = true
+					g = append(g, x)
+				}
+			}
+			if len(g) > 0 {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
 func (s *sweep) trialsOf(c cell) int {
 	switch c.Exp {
 	case expTarget:
 		return s.cfg.TargetPairs
+	case expPeak:
+		return s.cfg.Trials
 	case expClosed, expControl:
 		return s.cfg.Trials // controls pair with the reservation round by round
 	case expOpen:

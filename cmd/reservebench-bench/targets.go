@@ -177,7 +177,11 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Targets\n\n")
-	w("Each goal is a ratio of two points of this run: each side at the client count where section 1 found its peak (or the count the goal names), run back to back %d times, alternating which went first; the ratio of each pair (two trials seconds apart, so the machine's drift cancels) is summarized like any metric: median [95%% CI of the mean, Student's t] (%s).\n\n", r.Config.TargetPairs, see("targets-and-paired-ratios", "targets"))
+	peakAt := ""
+	if len(r.Config.TargetPeakClients) > 0 {
+		peakAt = fmt.Sprintf(" (and, for a side taken at its peak, at %s clients too, between the sweep's counts)", joinInts(r.Config.TargetPeakClients))
+	}
+	w("Each goal is a ratio of two points of this run: each side at the client count where section 1 found its peak%s (or the count the goal names), run back to back %d times, alternating which went first; the ratio of each pair (two trials seconds apart, so the machine's drift cancels) is summarized like any metric: median [95%% CI of the mean, Student's t] (%s).\n\n", peakAt, r.Config.TargetPairs, see("targets-and-paired-ratios", "targets"))
 	if len(ts) > 0 {
 		w("| goal | measured | against | ratio | needed | verdict |\n|---|---|---|---:|---:|---|\n")
 		for _, t := range ts {
