@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -209,8 +210,13 @@ func (r *results) quantileCurve(ix index, strat, q string) line {
 	return l
 }
 
-// linePlot draws lines with error bars against clients on log-log axes.
+// linePlot draws lines with error bars against clients on log-log axes;
+// nil when no line has a point (a sweep whose experiments did not produce
+// this plot's: a log axis cannot span nothing).
 func linePlot(title, ylabel string, ls []line, clientsAxis bool) *plot.Plot {
+	if !slices.ContainsFunc(ls, func(l line) bool { return len(l.pts) > 0 }) {
+		return nil
+	}
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
@@ -370,13 +376,21 @@ func palette(i int) color.Color {
 	return cs[i%len(cs)]
 }
 
+// writeTilesNamed is writeTiles into dir/name; it returns no name when
+// there was nothing to draw.
 func writeTilesNamed(dir, name, title string, cols int, ps []*plot.Plot) (string, string, error) {
+	ps = slices.DeleteFunc(slices.Clone(ps), func(p *plot.Plot) bool { return p == nil })
+	if len(ps) == 0 {
+		return "", "", nil
+	}
 	_, _, err := writeTiles(filepath.Join(dir, name), cols, ps)
 	return name, title, err
 }
 
-// writeTiles draws plots on a grid of cols columns into one PNG.
+// writeTiles draws plots on a grid of cols columns into one PNG; a nil plot
+// (linePlot's when it had no point to draw) is left out.
 func writeTiles(path string, cols int, ps []*plot.Plot) (string, string, error) {
+	ps = slices.DeleteFunc(slices.Clone(ps), func(p *plot.Plot) bool { return p == nil })
 	if len(ps) == 0 {
 		return "", "", nil
 	}
