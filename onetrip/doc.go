@@ -9,7 +9,7 @@
 // answers and changes two things:
 //
 //  1. The decrement and the reservation row are one statement
-//     (sqlTakeAndInsert), sent in autocommit: the server inserts, locks,
+//     (sqlInsertAndTake), sent in autocommit: the server inserts, locks,
 //     decrements and commits without waiting for the client, and a HELD
 //     answer is one round trip. The row and its index entries are written
 //     before the row is locked, so the lock is held for the decrement and
@@ -21,29 +21,45 @@
 //     (TestNoMultiXactOnTheStockRow shows one locker where hotrow shows a
 //     MultiXact in the same situation). Reserve checks the SKU against the
 //     deployment's config before it touches the database, as slotrows and
-//     memquota do.
+//     memquota do, and a trigger keeps every stock row in place.
 //
 // # The statement
 //
-//	WITH seen AS (SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0),
-//	     ins  AS (INSERT INTO onetrip_reservation ... SELECT ... FROM seen ON CONFLICT DO NOTHING RETURNING ...),
-//	     take AS (UPDATE onetrip_stock SET available = available - 1 WHERE ... available > 0 AND EXISTS (ins)),
-//	     undo AS (INSERT INTO onetrip_no_unit ... WHERE a row went in and no unit came out)
-//	SELECT unit_seen, expires_at
+//	WITH ins AS (INSERT INTO onetrip_reservation ... VALUES (...) RETURNING sku, expires_at)
+//	UPDATE onetrip_stock SET available = available - 1 WHERE sku = (SELECT sku FROM ins)
+//	RETURNING (SELECT expires_at FROM ins)
 //
-// HELD: a row was inserted and the unit taken, together. A row inserted
-// for a unit that went while the statement waited for the stock row is
-// undone by a constraint that always fails (undo: SQLSTATE 23514 on
-// onetrip_no_unit_abort), so the statement writes nothing. Otherwise
-// nothing was written and nothing locked, and a second statement,
-// sqlWhyNot, in a new snapshot, gives the answer in hotrow's order: the
-// reservation that owns the key (REPLAY, or KEY_REUSED for another user or
-// SKU), then the user's active reservation (USER_LIMIT), then SOLD_OUT.
-// TestRoundTrips counts them with a pgx tracer: HELD 1, every other answer
-// 2. Only requests that raced for the last units meet the failing
-// constraint (TestLastUnitWhileWaiting); no statement fails on a conflict
-// (pgx drops a statement from its cache after any error, and the next
-// request on the connection would pay two extra round trips).
+// It does on the way to HELD nothing but what a one-statement reservation
+// must: write the row, decrement. Every other answer is the statement
+// failing, which undoes it whole, insert included:
+//
+//   - a known key, or an active reservation of the same user and SKU: the
+//     insert fails on one of the two unique indexes (23505);
+//   - no unit: the decrement fails the stock row's CHECK (available >= 0,
+//     SQLSTATE 23514). The CHECK is evaluated on the newest version, after
+//     a decrement in flight was waited for.
+//
+// A second statement, sqlWhyNot, in a new snapshot, then gives the answer
+// in hotrow's order: the reservation that owns the key (REPLAY, or
+// KEY_REUSED for another user or SKU), then the user's active reservation
+// (USER_LIMIT), then SOLD_OUT. TestRoundTrips counts them with a pgx
+// tracer: HELD 1, every other answer 2.
+//
+// An earlier version made no answer an error: it read the stock row in the
+// statement's snapshot first, inserted with ON CONFLICT DO NOTHING and
+// undid a row whose unit was gone with a second insert that always failed.
+// Those checks cost the server more per reservation than writing the row
+// did, and held the design at about 0.6 of the bare UPDATE's peak
+// (docs/performance.md, "onetrip: the reservation against its parts").
+// What an error costs instead: pgx prepares a statement again after it
+// failed, one more round trip for the connection's next request; and a
+// refused request wrote a row version that is dead at once (vacuum's). A
+// sold-out SKU would pay both on every request, so a node that finds a SKU
+// empty remembers it (node.soldOut, a hint per SKU, never an answer) and
+// sends sqlWhyNot first, which also reads the stock: SOLD_OUT in one round
+// trip, writing nothing, until a unit comes back (TestSoldOutThenBack).
+// Only requests that race for the last units, or that meet a conflict,
+// fail a statement.
 //
 // # Guarantees, and why
 //
@@ -51,21 +67,24 @@
 // under READ COMMITTED, the only level onetrip runs at:
 //
 //   - No oversell, conservation: a unit leaves the stock only in the
-//     statement that inserts its reservation, only when the UPDATE finds
-//     available > 0 on the row's newest version under its lock (a
+//     statement that inserts its reservation, only when the row's newest
+//     version, under its lock, keeps available >= 0 after the decrement (a
 //     decrement in flight is waited for, then re-evaluated: docs 13.2.1),
-//     and a reservation without its unit never commits (undo). Units come
-//     back only with the transition that moved the row, in the same
-//     statement (transitions.go, hotrow's statements).
+//     and a reservation without its unit never commits (the CHECK fails
+//     the whole statement; the trigger keeps the row the UPDATE must
+//     find). Units come back only with the transition that moved the row,
+//     in the same statement (transitions.go, hotrow's statements).
 //   - One reservation per key, one active per user and SKU: the unique
 //     index on request_key and the partial unique index on (sku, user_id)
-//     are the insert's arbiters. A conflicting insert in flight is waited
-//     for. A request that did not hold looks its key up first, so a
-//     request that lost to its own twin is REPLAY, never USER_LIMIT, and a
-//     twin that took the last unit is REPLAY, never SOLD_OUT (its commit
-//     came before this request found the row empty).
+//     refuse the insert. A conflicting insert in flight is waited for. A
+//     request that did not hold looks its key up first, so a request that
+//     lost to its own twin is REPLAY, never USER_LIMIT, and a twin that
+//     took the last unit is REPLAY, never SOLD_OUT (its commit came before
+//     this request found the row empty).
 //   - No phantom sold-out: a decrement in flight is waited for, never
-//     skipped; SOLD_OUT means the newest committed version had no unit.
+//     skipped; SOLD_OUT means the newest committed version had no unit
+//     when the statement had the row, or, when sqlWhyNot went first, in
+//     its snapshot (taken while the request was in flight).
 //   - Restart loses nothing: the database is the whole state.
 //
 // TestConformance runs the conformance kit over all of it.
@@ -78,9 +97,9 @@
 // session held open (strategy.Session) makes every other request for the
 // SKU wait, as in hotrow. What it removes from the time the row stays
 // locked is the client's round trip, the reservation's insert and the
-// MultiXact. The requests that race for the last units each insert a row
-// and then fail the undo constraint: a refusal that costs an error, and on
-// its connection a new Prepare.
+// MultiXact. The requests that race for the last units, and those that
+// meet a conflict, each insert a row and then fail: a refusal that costs an
+// error, a dead row version, and on its connection a new Prepare.
 //
 // onetrip runs at READ COMMITTED only. At REPEATABLE READ or SERIALIZABLE
 // a request that waited for the row would fail with 40001 instead of

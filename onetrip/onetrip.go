@@ -109,7 +109,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
-		return &node{Handle: h, d: d}
+		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
 	return d
 }
@@ -177,5 +177,6 @@ func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 // restarted or closed.
 type node struct {
 	*pgstrategy.Handle
-	d *Deployment
+	d       *Deployment
+	soldOut soldOutHints
 }

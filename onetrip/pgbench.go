@@ -5,7 +5,7 @@ import (
 )
 
 // PgbenchScript is bench.PgbenchScripter's (implemented without importing
-// bench): what Node.Reserve sends on its way to HELD, sqlTakeAndInsert alone
+// bench): what Node.Reserve sends on its way to HELD, sqlInsertAndTake alone
 // in autocommit, with :key, :user, :sku and :ttl_us. pgbench runs it on a
 // stock that does not sell out, so the second statement of the other
 // answers never runs.
@@ -13,10 +13,10 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 	if err := d.owns.CheckSKU(sku); err != nil {
 		return "", err
 	}
-	return pgstrategy.PgbenchScript(pgstrategy.PgbenchSQL(sqlTakeAndInsert, "key", "user", "sku", "ttl_us")), nil
+	return pgstrategy.PgbenchScript(pgstrategy.PgbenchSQL(sqlInsertAndTake, "key", "user", "sku", "ttl_us")), nil
 }
 
-// The parts of sqlTakeAndInsert, for PgbenchControls.
+// The parts of sqlInsertAndTake, for PgbenchControls.
 const (
 	// sqlBareDecrement is the hot-row UPDATE alone, on onetrip's stock
 	// row: the bare UPDATE of hotrow's update-only control, on these
@@ -27,9 +27,11 @@ const (
 	sqlBareInsert = `INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at) VALUES ($1, $2, $3, 'HELD', now() + $4::bigint * interval '1 microsecond')`
 	// sqlBareInsertDecrement is the least a one-statement reservation that
 	// writes its row does: insert the row, then decrement, in one
-	// statement, without sqlTakeAndInsert's snapshot read, arbiter (ON
-	// CONFLICT) and undo. Not a reservation (a conflict is an error, the
-	// last unit is not undone): the floor of the design.
+	// statement. Not a reservation (an empty row leaves the row inserted):
+	// the floor of the design. sqlInsertAndTake is this statement with
+	// RETURNING and with the stock row's CHECK, not the WHERE, refusing an
+	// empty row; an earlier version read the row first and inserted with
+	// ON CONFLICT, and sat well below this floor (docs/performance.md).
 	sqlBareInsertDecrement = `
 WITH ins AS (
     INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at)
@@ -45,7 +47,7 @@ UPDATE onetrip_stock SET available = available - 1 WHERE sku = (SELECT sku FROM 
 //	update-only    sqlBareDecrement: the bare UPDATE on onetrip's stock row
 //	insert-only    sqlBareInsert: the reservation row, without the decrement
 //	insert-update  sqlBareInsertDecrement: both in one statement, nothing
-//	               else (no snapshot read, no arbiter, no undo)
+//	               else
 //
 // insert-update against update-only says what writing the row costs a
 // one-statement design before any of its checks; the reservation against

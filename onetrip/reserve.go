@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -14,151 +16,171 @@ import (
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
 )
 
-// The reservation. Node.Reserve sends sqlTakeAndInsert alone, in
+// The reservation. Node.Reserve sends sqlInsertAndTake alone, in
 // autocommit: one round trip, and the row lock it takes is held only from
 // its UPDATE to the implicit COMMIT at the end of that same statement, never
 // across a trip to the client. Only when it did not answer HELD does a
 // second statement (sqlWhyNot) find the answer.
 const (
-	// sqlTakeAndInsert inserts the reservation, then decrements the hot
-	// row for it, in one statement. The insert comes first so that the
-	// work of writing the row and its three index entries is done before
-	// the row lock is taken: the lock covers only the decrement and the
-	// commit, as in the bare UPDATE. The stock row is read twice, no more:
-	// every other reader and writer of the SKU queues on that one page.
+	// sqlInsertAndTake inserts the reservation, then decrements the hot
+	// row for it, in one statement, and nothing else: the least a
+	// one-statement reservation that writes its row can do (the
+	// insert-update control of pgbench.go is the same statement without
+	// RETURNING). The insert comes first so that the row and its three
+	// index entries are written before the row lock is taken: the lock
+	// covers only the decrement and the commit, as in the bare UPDATE.
 	//
-	//   - seen reads the SKU's row in the statement's snapshot, without a
-	//     lock: does it have a unit? (A SKU already sold out writes and
-	//     locks nothing.) It is read once and used twice.
-	//   - ins inserts the reservation when seen found a unit. ON CONFLICT
-	//     DO NOTHING without a target makes both unique indexes arbiters: a
-	//     known key, or a user who already holds an active reservation of
-	//     the SKU, inserts nothing (and locks nothing), and a key or (sku,
-	//     user) inserted by a transaction in flight is waited for first.
-	//   - take decrements the row when ins inserted (an uncorrelated
-	//     EXISTS: the planner's one-time filter, evaluated before the scan,
-	//     which runs the insert first). Under READ COMMITTED an UPDATE that
-	//     finds the row locked by a decrement in flight waits for it and
-	//     evaluates available > 0 again on the newest version (docs
-	//     13.2.1), exactly as hotrow's does.
-	//   - undo: when the row had no unit left by the time take had it (the
-	//     last units went while this one waited), the reservation just
-	//     inserted must not commit. Plain SQL cannot roll a statement back,
-	//     but a failing constraint can: the insert into onetrip_no_unit
-	//     violates its CHECK (false), and the whole statement, insert
-	//     included, is undone with SQLSTATE 23514 and that constraint's
-	//     name. Only requests racing for the last units meet it.
+	// Every answer but HELD is the statement failing, which undoes it
+	// whole, insert included (the checks cost nothing on the HELD path;
+	// a statement that reads the stock row first, or inserts with an ON
+	// CONFLICT arbiter, costs the server measurably more per reservation:
+	// docs/performance.md, "onetrip: the reservation against its parts"):
 	//
-	// unit_seen false: the snapshot had no unit (SOLD_OUT unless sqlWhyNot
-	// finds another answer). expires_at NULL with unit_seen: a unique index
-	// said no, and sqlWhyNot says which. expires_at uses now(), the
-	// statement's transaction start.
-	sqlTakeAndInsert = `
-WITH seen AS (
-    SELECT sku FROM onetrip_stock WHERE sku = $3 AND available > 0
-), ins AS (
+	//   - A known key, or a user who already holds an active reservation
+	//     of the SKU: the insert fails on one of the two unique indexes
+	//     (23505). A key or (sku, user) inserted by a transaction in flight
+	//     is waited for first, and fails only if that one commits.
+	//   - No unit: the decrement would take available below 0 and fails the
+	//     stock row's CHECK (23514, onetrip_stock_available_range). Under
+	//     READ COMMITTED an UPDATE that finds the row locked by a decrement
+	//     in flight waits for it and evaluates the new version (docs
+	//     13.2.1), so the CHECK sees the newest committed count.
+	//
+	// The UPDATE always finds the row: Reserve checks the SKU against the
+	// deployment's config first, Open inserted a row for each of its SKUs,
+	// and a trigger refuses to delete one (schema.sql). expires_at uses
+	// now(), the statement's transaction start.
+	sqlInsertAndTake = `
+WITH ins AS (
     INSERT INTO onetrip_reservation (request_key, user_id, sku, status, expires_at)
-    SELECT $1, $2, seen.sku, 'HELD', now() + $4::bigint * interval '1 microsecond' FROM seen
-    ON CONFLICT DO NOTHING
+    VALUES ($1, $2, $3, 'HELD', now() + $4::bigint * interval '1 microsecond')
     RETURNING sku, expires_at
-), take AS (
-    UPDATE onetrip_stock SET available = available - 1
-    WHERE sku = $3 AND available > 0 AND EXISTS (SELECT 1 FROM ins)
-    RETURNING 1
-), undo AS (
-    INSERT INTO onetrip_no_unit (sku) SELECT sku FROM ins WHERE NOT EXISTS (SELECT 1 FROM take)
 )
-SELECT EXISTS (SELECT 1 FROM seen) AS unit_seen, (SELECT expires_at FROM ins) AS expires_at`
+UPDATE onetrip_stock SET available = available - 1
+WHERE sku = (SELECT sku FROM ins)
+RETURNING (SELECT expires_at FROM ins)`
 
-	// sqlWhyNot answers a request that sqlTakeAndInsert did not hold, in a
-	// new statement, so a new snapshot: the reservation that owns the key
-	// (all NULL when none) and whether the user holds an active
-	// reservation of the SKU. The order of the answers is hotrow's: a known
-	// key first (REPLAY or KEY_REUSED), then the user's limit, then the
-	// stock.
+	// sqlWhyNot answers a request that sqlInsertAndTake did not hold, or
+	// one for a SKU the node last found without a unit, in one snapshot:
+	// the reservation that owns the key (all NULL when none), whether the
+	// user holds an active reservation of the SKU, and whether the SKU has
+	// a unit. The order of the answers is hotrow's: a known key first
+	// (REPLAY or KEY_REUSED), then the user's limit, then the stock.
 	sqlWhyNot = `
 SELECT k.user_id, k.sku, k.status, k.expires_at,
        EXISTS (SELECT 1 FROM onetrip_reservation a
-               WHERE a.sku = $2 AND a.user_id = $3 AND a.status IN ('HELD', 'CONFIRMED'))
+               WHERE a.sku = $2 AND a.user_id = $3 AND a.status IN ('HELD', 'CONFIRMED')),
+       EXISTS (SELECT 1 FROM onetrip_stock s WHERE s.sku = $2 AND s.available > 0)
 FROM (SELECT 1) AS one
 LEFT JOIN onetrip_reservation k ON k.request_key = $1`
 
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM onetrip_reservation WHERE request_key = $1`
 )
 
-// constraintNoUnit is the CHECK that undoes sqlTakeAndInsert when the last
-// units went while it waited for the row (schema.sql).
-const constraintNoUnit = "onetrip_no_unit_abort"
+// constraintAvailable is the stock row's CHECK that refuses a decrement
+// past zero (schema.sql): sqlInsertAndTake's "no unit".
+const constraintAvailable = "onetrip_stock_available_range"
 
-// errInvisibleConflict: a unique index refused sqlTakeAndInsert's insert,
-// but the row it conflicted with is no longer there when sqlWhyNot looks (a
-// user's reservation released or expired in between). Nothing was written;
-// the request runs again.
-var errInvisibleConflict = errors.New("onetrip: the conflicting reservation was gone when looked up")
+var (
+	// errConflict: sqlInsertAndTake met a known key or an active
+	// reservation of the user (a unique index) and wrote nothing.
+	errConflict = errors.New("onetrip: the key or the user's active reservation is taken")
+	// errNoUnit: sqlInsertAndTake found no unit once it had the row (its
+	// CHECK), and wrote nothing.
+	errNoUnit = errors.New("onetrip: no unit left")
+	// errInvisibleConflict: a unique index refused the insert, but the row
+	// it conflicted with is no longer there when sqlWhyNot looks (a user's
+	// reservation released or expired in between). Nothing was written;
+	// the request runs again.
+	errInvisibleConflict = errors.New("onetrip: the conflicting reservation was gone when looked up")
+)
 
 // querier is a pool or a transaction.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// take runs sqlTakeAndInsert on q: held when it inserted a reservation
-// and took its unit; otherwise unitSeen says whether the snapshot had a
-// unit (a unique index said no) or not. A statement undone because the
-// last units went while it waited comes back as the error errNoUnitLeft;
-// pgx then drops the statement from its cache (it does after any error),
-// and the connection's next request prepares it again.
-func take(ctx context.Context, q querier, req strategy.Request) (r strategy.Reservation, held, unitSeen bool, err error) {
-	r = strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}
-	var expires *time.Time
-	if err := q.QueryRow(ctx, sqlTakeAndInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&unitSeen, &expires); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.ConstraintName == constraintNoUnit {
-			return r, false, false, errNoUnitLeft
-		}
-		return r, false, false, fmt.Errorf("take and insert: %w", err)
+// insertAndTake runs sqlInsertAndTake on q: the reservation when it held,
+// errConflict or errNoUnit when it was refused (nothing written).
+// pgx drops a statement from its cache after any error, so the next use of
+// sqlInsertAndTake on that connection prepares it again; a node sends
+// sqlWhyNot first while its SKU has no unit (node.soldOut), so a sold-out
+// SKU does not pay that on every request.
+func insertAndTake(ctx context.Context, q querier, req strategy.Request) (strategy.Reservation, error) {
+	r := strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}
+	err := q.QueryRow(ctx, sqlInsertAndTake, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&r.ExpiresAt)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return r, nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
+		return r, errConflict
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation && pgErr.ConstraintName == constraintAvailable:
+		return r, errNoUnit
+	case errors.Is(err, pgx.ErrNoRows):
+		// The insert committed without its unit: impossible while the SKU's
+		// row exists, which the trigger of schema.sql guarantees.
+		return r, fmt.Errorf("insert and take: the stock row of %q is missing", req.SKU)
 	}
-	if expires == nil {
-		return r, false, unitSeen, nil
-	}
-	r.ExpiresAt = *expires
-	return r, true, true, nil
+	return r, fmt.Errorf("insert and take: %w", err)
 }
 
-// errNoUnitLeft: sqlTakeAndInsert was undone (nothing written) because the
-// row had no unit left once it had the lock.
-var errNoUnitLeft = errors.New("onetrip: the last unit went while this request waited for it")
+// whyNot is one reading of sqlWhyNot: the reservation that owns the key
+// (its User empty when none), whether the user holds an active
+// reservation of the SKU, and whether the SKU has a unit.
+type whyNot struct {
+	owner    strategy.Reservation
+	holds    bool
+	hasUnit  bool
+	ownerSet bool
+}
 
-// whyNot answers a request that take did not hold: soldOut says take found
-// no unit; otherwise a unique index refused its insert.
-func whyNot(ctx context.Context, q querier, req strategy.Request, soldOut bool) (strategy.Result, error) {
+func readWhyNot(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
 	var (
+		w                  whyNot
 		user, sku, status *string
 		expires           *time.Time
-		holds             bool
 	)
-	if err := q.QueryRow(ctx, sqlWhyNot, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &holds); err != nil {
-		return strategy.Result{}, fmt.Errorf("look up why not held: %w", err)
+	if err := q.QueryRow(ctx, sqlWhyNot, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &w.holds, &w.hasUnit); err != nil {
+		return w, fmt.Errorf("look up why not held: %w", err)
 	}
-	switch {
-	case user != nil:
-		r := strategy.Reservation{Key: req.Key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}
-		return pgstrategy.KnownKey(req, r), nil
-	case holds:
-		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
-	case soldOut:
-		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	if user != nil {
+		w.ownerSet = true
+		w.owner = strategy.Reservation{Key: req.Key, User: *user, SKU: *sku, Status: strategy.Status(*status), ExpiresAt: *expires}
 	}
-	return strategy.Result{}, errInvisibleConflict
+	return w, nil
 }
 
-// Reserve sends sqlTakeAndInsert in autocommit: HELD in one round trip.
-// Otherwise sqlWhyNot, a second round trip, finds the answer.
+// answer is the answer sqlWhyNot gives, in hotrow's order, when the request
+// was refused for refusal (errConflict or errNoUnit), or before any
+// attempt (nil): ok false then means the SKU has a unit, and the request
+// should try to take it.
+func (w whyNot) answer(req strategy.Request, refusal error) (res strategy.Result, ok bool, err error) {
+	switch {
+	case w.ownerSet:
+		return pgstrategy.KnownKey(req, w.owner), true, nil
+	case w.holds:
+		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, true, nil
+	case errors.Is(refusal, errNoUnit), !w.hasUnit && refusal == nil:
+		// After errNoUnit the newest committed version had no unit when
+		// the statement had the row, whatever this later snapshot says.
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, true, nil
+	case errors.Is(refusal, errConflict):
+		return strategy.Result{}, true, errInvisibleConflict
+	}
+	return strategy.Result{}, false, nil
+}
+
+// Reserve sends sqlInsertAndTake in autocommit: HELD in one round trip.
+// Otherwise sqlWhyNot, a second round trip, finds the answer. While the
+// node last found the SKU without a unit it sends sqlWhyNot first: SOLD_OUT
+// in one round trip, and nothing written.
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if res, err := n.Admit(n.d.owns, req); err != nil {
 		return res, err
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := n.d.reserveOnce(ctx, req)
+		res, err := n.reserveOnce(ctx, req)
 		if err == nil {
 			return res, nil
 		}
@@ -172,17 +194,47 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 }
 
-func (d *Deployment) reserveOnce(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	r, held, unitSeen, err := take(ctx, d.db, req)
+func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	soldOut := n.soldOut[req.SKU]
+	if soldOut.Load() {
+		w, err := readWhyNot(ctx, n.d.db, req)
+		if err != nil {
+			return strategy.Result{}, err
+		}
+		if res, ok, err := w.answer(req, nil); ok {
+			return res, err
+		}
+		soldOut.Store(false) // a unit came back
+	}
+	r, err := insertAndTake(ctx, n.d.db, req)
 	switch {
-	case held:
+	case err == nil:
 		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
-	case errors.Is(err, errNoUnitLeft):
-		return whyNot(ctx, d.db, req, true)
-	case err != nil:
+	case errors.Is(err, errNoUnit):
+		soldOut.Store(true)
+	case !errors.Is(err, errConflict):
 		return strategy.Result{}, err
 	}
-	return whyNot(ctx, d.db, req, !unitSeen)
+	w, werr := readWhyNot(ctx, n.d.db, req)
+	if werr != nil {
+		return strategy.Result{}, werr
+	}
+	res, _, err := w.answer(req, err)
+	return res, err
+}
+
+// soldOutHints is a node's memory of which SKUs it last found without a
+// unit (sqlInsertAndTake refused for errNoUnit, or sqlWhyNot read none),
+// one flag per SKU of the deployment. It only chooses which statement goes
+// first; every answer still comes from the database.
+type soldOutHints map[string]*atomic.Bool
+
+func newSoldOutHints(skus []string) soldOutHints {
+	h := make(soldOutHints, len(skus))
+	for _, s := range skus {
+		h[s] = new(atomic.Bool)
+	}
+	return h
 }
 
 // pause waits a random time in [0, min(20ms, 200µs<<attempt)) before a

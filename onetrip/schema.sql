@@ -43,13 +43,19 @@ CREATE TABLE IF NOT EXISTS onetrip_reservation (
 CREATE INDEX IF NOT EXISTS onetrip_reservation_held_due ON onetrip_reservation (sku, expires_at)
     WHERE status = 'HELD';
 
--- Never holds a row: Reserve's statement inserts into it only to undo itself
--- (CHECK (false) fails, and the whole statement with it) when the last unit
--- went while it waited for the stock row (reserve.go, sqlTakeAndInsert).
-CREATE TABLE IF NOT EXISTS onetrip_no_unit (
-    sku text NOT NULL,
-    CONSTRAINT onetrip_no_unit_abort CHECK (false)
-);
+-- Reserve's statement (reserve.go, sqlInsertAndTake) inserts the
+-- reservation before it decrements the SKU's row, and relies on finding that
+-- row: an UPDATE that found none would let the reservation commit without
+-- its unit. Reserve checks the SKU against the deployment's config and Open
+-- inserted a row for each; this makes sure no row goes away afterwards.
+CREATE OR REPLACE FUNCTION onetrip_stock_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'onetrip: stock rows are never deleted (a reservation could commit without its unit)'
+        USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE OR REPLACE TRIGGER onetrip_stock_kept BEFORE DELETE OR TRUNCATE ON onetrip_stock
+    FOR EACH STATEMENT EXECUTE FUNCTION onetrip_stock_kept();
 
 -- Requirement 3 (PostgreSQL docs 11.8, example 11.3): at most one active
 -- reservation per user and SKU; any number of RELEASED and EXPIRED ones.

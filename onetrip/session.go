@@ -38,16 +38,16 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 }
 
 // A session runs the same statements inside a transaction the caller
-// ends. sqlTakeAndInsert can fail on purpose (the last unit went while it
-// waited: errNoUnitLeft), which would abort the caller's whole
-// transaction, so the attempt is wrapped in a savepoint and rolled back to
-// it then. The extra round trips are the session's, never Node.Reserve's.
+// ends. sqlInsertAndTake refuses by failing (errConflict, errNoUnit), which
+// would abort the caller's whole transaction, so the attempt is wrapped in
+// a savepoint and rolled back to it then. The extra round trips are the
+// session's, never Node.Reserve's.
 const (
 	sqlSavepoint           = `SAVEPOINT onetrip_reserve`
 	sqlRollbackToSavepoint = `ROLLBACK TO SAVEPOINT onetrip_reserve`
 )
 
-// Reserve runs sqlTakeAndInsert (and sqlWhyNot when it did not hold)
+// Reserve runs sqlInsertAndTake (and sqlWhyNot when it did not hold)
 // inside the session's transaction and does not commit. It is never
 // retried: the caller owns the transaction.
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
@@ -58,19 +58,22 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
 			return strategy.Result{}, fmt.Errorf("savepoint: %w", err)
 		}
-		r, held, unitSeen, err := take(ctx, tx, req)
+		r, err := insertAndTake(ctx, tx, req)
 		switch {
-		case held:
+		case err == nil:
 			return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
-		case errors.Is(err, errNoUnitLeft):
-			if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
-				return strategy.Result{}, fmt.Errorf("rollback to savepoint: %w", err)
-			}
-			return whyNot(ctx, tx, req, true)
-		case err != nil:
+		case !errors.Is(err, errConflict) && !errors.Is(err, errNoUnit):
 			return strategy.Result{}, err
 		}
-		return whyNot(ctx, tx, req, !unitSeen)
+		if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
+			return strategy.Result{}, fmt.Errorf("rollback to savepoint: %w", err)
+		}
+		w, werr := readWhyNot(ctx, tx, req)
+		if werr != nil {
+			return strategy.Result{}, werr
+		}
+		res, _, err := w.answer(req, err)
+		return res, err
 	})
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("onetrip: session reserve %q: %w", req.Key, err)
