@@ -470,6 +470,9 @@ func (s *sweep) sides(t target) (num, den cell, ok bool) {
 	if t.NumScript != "" {
 		num.Tool, num.Script = bench.ToolPgbench, t.NumScript
 	}
+	if t.NumPgbench {
+		num.Tool = bench.ToolPgbench
+	}
 	return num, den, true
 }
 
@@ -495,8 +498,9 @@ func (s *sweep) peakCells() [][]cell {
 			}{{num, t.Clients == 0}, {den, t.AgainstClients == 0}} {
 				x := side.c
 				x.Exp, x.Clients = expPeak, c
-				if x.Script != "" && !slices.Contains(s.probeCaps(x.meta).controls, x.Script) {
-					continue // no such control script (or no pgbench): the target is not measured
+				if x.Script != "" && !slices.Contains(s.probeCaps(x.meta).controls, x.Script) ||
+					x.Tool == bench.ToolPgbench && x.Script == "" && !s.probeCaps(x.meta).pgbench {
+					continue // no such script (or no pgbench): the target is not measured
 				}
 				key := fmt.Sprintf("%s/%s/%s/%d", x.Strategy, x.Tool, x.Script, c)
 				if side.peak && !seen[key] {

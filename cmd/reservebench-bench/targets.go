@@ -23,6 +23,11 @@ type target struct {
 	// NumScript, when set, measures Strategy's control script NumScript
 	// (pgbench) instead of its Go reservation.
 	NumScript string `json:"num_script,omitempty"`
+	// NumPgbench, when set, measures Strategy's reservation as pgbench runs
+	// its script (the same SQL, pgbench's client) instead of its Go
+	// client: the design against the bare UPDATE with the same client on
+	// both sides.
+	NumPgbench bool `json:"num_pgbench,omitempty"`
 	// Against: strategy Against's control script Script (pgbench), or its
 	// Go reservation when Script is "", at AgainstClients (0: at its best).
 	Against        string `json:"against"`
@@ -66,6 +71,9 @@ func (t target) numSide(c cell, exp string) bool {
 		}
 		return c.Exp == exp && c.Strategy == t.Strategy && c.Script == t.NumScript
 	}
+	if t.NumPgbench {
+		return c.Exp == exp && c.Strategy == t.Strategy && c.Tool == bench.ToolPgbench && c.Script == ""
+	}
 	return c.Exp == exp && c.Strategy == t.Strategy && c.Tool == bench.ToolGo
 }
 
@@ -87,8 +95,9 @@ func (t target) denSide(c cell, exp string) bool {
 func (r *results) measureTargets() []targetResult {
 	var out []targetResult
 	for _, t := range r.Config.Targets {
-		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) || t.NumScript != "" && !containsStr(r.Caps[t.Strategy], t.NumScript) {
-			continue // a control script did not run
+		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) || t.NumScript != "" && !containsStr(r.Caps[t.Strategy], t.NumScript) ||
+			t.NumPgbench && !contains(r.Pgbench, t.Strategy) {
+			continue // a control script or the pgbench script did not run
 		}
 		exp := expClosed
 		for _, rc := range r.Trials {
@@ -194,8 +203,11 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 				how = " (phase 1's trials, paired by round)"
 			}
 			measured := fmt.Sprintf("`%s` Go at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
-			if t.NumScript != "" {
+			switch {
+			case t.NumScript != "":
 				measured = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Strategy, t.NumScript, clientsStr(t.NumClients), fmtCI(t.Num))
+			case t.NumPgbench:
+				measured = fmt.Sprintf("`%s` pgbench (its script) at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
 			}
 			w("| %s | %s | %s | %s%s | %.2g | %s |\n", t.What, measured, against, fmtRatio(t.Ratio), how, t.Min, t.verdict())
 		}
