@@ -137,7 +137,7 @@ type whyNot struct {
 
 func readWhyNot(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
 	var (
-		w                  whyNot
+		w                 whyNot
 		user, sku, status *string
 		expires           *time.Time
 	)
