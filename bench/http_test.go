@@ -51,6 +51,14 @@ func TestHTTPTrials(t *testing.T) {
 				{Meta: m, Tool: bench.ToolHTTP, Clients: 3, Duration: 150 * time.Millisecond, Stock: 5000, Rate: 200, MaxInFlight: 16, Seed: 1},
 			} {
 				tr, err := env.RunTrial(ctx, spec)
+				// A window in which no answer came back at all (the machine
+				// busy with other tests: make test runs packages side by side)
+				// says nothing yet: run it again, longer, at most 3 times.
+				for try := 0; err == nil && try < 3 && tr.Run.Held == 0 && tr.Run.Errors == 0 && tr.Run.Refused == 0 && tr.Run.Shed == 0; try++ {
+					t.Logf("%s loop: no answer in %v; running it again for %v", tr.Run.Loop, spec.Duration, 4*spec.Duration)
+					spec.Duration *= 4
+					tr, err = env.RunTrial(ctx, spec)
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
