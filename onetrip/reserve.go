@@ -25,16 +25,17 @@ const (
 	// sqlInsertAndTake inserts the reservation, then decrements the hot
 	// row for it, in one statement, and nothing else: the least a
 	// one-statement reservation that writes its row can do (the
-	// insert-update control of pgbench.go is the same statement without
+	// insert-update control of pgbench.go is the same statement, with
+	// available > 0 in its WHERE instead of the CHECK refusing, and without
 	// RETURNING). The insert comes first so that the row and its three
 	// index entries are written before the row lock is taken: the lock
 	// covers only the decrement and the commit, as in the bare UPDATE.
 	//
 	// Every answer but HELD is the statement failing, which undoes it
-	// whole, insert included (the checks cost nothing on the HELD path;
-	// a statement that reads the stock row first, or inserts with an ON
-	// CONFLICT arbiter, costs the server measurably more per reservation:
-	// docs/performance.md, "onetrip: the reservation against its parts"):
+	// whole, insert included: the checks cost nothing on the HELD path (a
+	// statement that read the stock row first and inserted with an ON
+	// CONFLICT arbiter cost the server more than writing the row: the
+	// package doc).
 	//
 	//   - A known key, or a user who already holds an active reservation
 	//     of the SKU: the insert fails on one of the two unique indexes
