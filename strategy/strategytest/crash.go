@@ -93,15 +93,23 @@ func runServerCrash(ctx context.Context, t *trial) error {
 	stop := make(chan struct{})
 	var stopOnce sync.Once
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	// Once the crash has begun, the first error means the server is going:
+	// the workers finish what is in flight and send nothing more. An error
+	// before it (a SERIALIZABLE variant out of retries) is only an unknown
+	// outcome, and stopping on it would end the load short of crashAfter.
+	var crashing atomic.Bool
+	haltIfCrashing := func() {
+		if crashing.Load() {
+			halt()
+		}
+	}
 	loadDone := make(chan struct{})
 	var box panicBox
 	defer box.rethrow()
 	go func() {
 		defer close(loadDone)
 		defer box.catch()
-		// The first error means the server is going: the workers finish
-		// what is in flight and send nothing more.
-		t.load(ctx, in.Requests, "load", 0, stop, &acked, halt)
+		t.load(ctx, in.Requests, "load", 0, stop, &acked, haltIfCrashing)
 	}()
 	// Crash once crashAfter reservations are acknowledged (counted, not timed).
 	tick := time.NewTicker(time.Millisecond)
@@ -114,6 +122,7 @@ func runServerCrash(ctx context.Context, t *trial) error {
 		}
 	}
 	tick.Stop()
+	crashing.Store(true)
 	if err := t.env.Server.Crash(ctx); err != nil {
 		halt()
 		<-loadDone
