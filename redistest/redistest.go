@@ -191,6 +191,7 @@ func (s *Server) Kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	quietDialFailures()
 	return l.kill(ctx)
 }
 
@@ -202,6 +203,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	quietDialFailures()
 	return l.stop(ctx)
 }
 
