@@ -61,7 +61,9 @@ type Request struct {
 	Key  string
 	User string
 	SKU  string
-	TTL  time.Duration // how long the reservation is held before it may expire
+	// TTL is how long the reservation is held before it may expire: a HELD
+	// reservation's ExpiresAt is TTL after the moment it was made.
+	TTL time.Duration
 }
 
 // Reservation is the state of one reservation as committed in the database.

@@ -69,6 +69,14 @@ func (t *trial) makeDue(ctx context.Context, keys []string) error {
 	if n != len(keys) {
 		return fmt.Errorf("make due: moved %d of %d HELD reservations", n, len(keys))
 	}
+	t.madeDueMu.Lock()
+	defer t.madeDueMu.Unlock()
+	if t.madeDue == nil {
+		t.madeDue = map[string]bool{}
+	}
+	for _, k := range keys {
+		t.madeDue[k] = true
+	}
 	return nil
 }
 
@@ -199,6 +207,11 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 		}
 		t.check(strategy.ReturnOnce, "a reservation that is not due stays HELD", notDue[strategy.StatusHeld] == len(keys)-len(due),
 			fmt.Sprintf("statuses of the %d not due: %v", len(keys)-len(due), notDue))
+	}
+	if in.ThenRequests == 0 { // with then_requests, they are the ones to take the units back
+		if err := t.reserveAgain(ctx, due, "expired"); err != nil {
+			return err
+		}
 	}
 	return t.thenRequests(ctx)
 }
@@ -468,5 +481,33 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 		}
 		t.check(strategy.ReturnOnce, "a released reservation cannot be confirmed", !moved, "Confirm moved a RELEASED reservation")
 	}
+	return t.reserveAgain(ctx, keys, "released")
+}
+
+// reserveAgain has the holders of keys (made by holdMany, now released or
+// expired) ask for the same SKU again under new keys, at once: a unit is
+// free for each, and a reservation that no longer holds a unit must no
+// longer count against its user (a limit that counts every status passes
+// every other scenario).
+func (t *trial) reserveAgain(ctx context.Context, keys []string, how string) error {
+	sku := t.sku(t.in.Stock[0].SKU)
+	ops := make([]Op, len(keys))
+	Together(len(keys), func(i int) {
+		var n int // holdMany's key req-NNNN belongs to user-NNNN
+		if _, err := fmt.Sscanf(t.plain(keys[i]), "req-%d", &n); err != nil {
+			panic(fmt.Sprintf("reserveAgain: %s is not a key of holdMany", keys[i]))
+		}
+		ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{
+			Key: t.key(fmt.Sprintf("req-again-%04d", n)), User: t.user(fmt.Sprintf("user-%04d", n)), SKU: sku, TTL: strategy.TTLForever,
+		})
+	})
+	var wrong []string
+	for _, op := range ops {
+		if op.Outcome != strategy.OutcomeHeld {
+			wrong = append(wrong, fmt.Sprintf("%s: %s %s", t.plain(op.Req.User), op.Outcome, op.Err))
+		}
+	}
+	t.check(Base, "a user whose reservation was "+how+" can reserve the SKU again", len(wrong) == 0,
+		fmt.Sprintf("%d of %d answered otherwise than HELD: %s", len(wrong), len(keys), sample(wrong)))
 	return nil
 }

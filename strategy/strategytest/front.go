@@ -223,10 +223,11 @@ type httpAnswer struct {
 	Error      string `json:"error"`
 	// Reservation is the reservation the answer carries, if any.
 	Reservation *struct {
-		RequestKey string `json:"request_key"`
-		User       string `json:"user"`
-		SKU        string `json:"sku"`
-		Status     string `json:"status"`
+		RequestKey string    `json:"request_key"`
+		User       string    `json:"user"`
+		SKU        string    `json:"sku"`
+		Status     string    `json:"status"`
+		ExpiresAt  time.Time `json:"expires_at"`
 	} `json:"reservation"`
 }
 
@@ -366,6 +367,9 @@ func httpOp(op Op, a httpAnswer, err error) Op {
 		op.Type, op.Err = OpInfo, err.Error()
 	case a.code == http.StatusCreated || a.code == http.StatusOK:
 		op.Type = OpOK
+		if op.Outcome == strategy.OutcomeHeld && a.Reservation != nil {
+			op.Expires = a.Reservation.ExpiresAt
+		}
 	case a.code == http.StatusConflict || a.code == http.StatusUnprocessableEntity || a.code == http.StatusBadRequest:
 		op.Type = OpFail
 	default:

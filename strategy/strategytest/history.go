@@ -40,6 +40,7 @@ type Op struct {
 	Outcome  strategy.Outcome // reserve
 	Units    int              // release, expire: units the call reported
 	Moved    bool             // confirm: the call reports it moved the row
+	Expires  time.Time        // reserve answered HELD: the ExpiresAt the answer carries
 	Err      string
 	// Aborted: the call failed because PostgreSQL aborted its transaction
 	// to resolve a conflict with a concurrent one (40001, 40P01): the
@@ -83,6 +84,10 @@ type History struct {
 // NewHistory starts an empty history.
 func NewHistory() *History { return &History{start: time.Now()} }
 
+// Wall returns the wall-clock time of an offset of the history, to compare
+// with times the strategy reports (ExpiresAt).
+func (h *History) Wall(d time.Duration) time.Time { return h.start.Add(d) }
+
 // Begin notes the invocation time of an operation; pass it to End.
 func (h *History) Begin() time.Duration { return time.Since(h.start) }
 
@@ -118,6 +123,9 @@ func reserveOp(op Op, res strategy.Result, err error) Op {
 		op.Type, op.Err = OpInfo, err.Error()
 	case res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay:
 		op.Type = OpOK
+		if res.Outcome == strategy.OutcomeHeld {
+			op.Expires = res.Reservation.ExpiresAt
+		}
 	default:
 		op.Type = OpFail
 	}

@@ -306,6 +306,10 @@ type trial struct {
 	// carry on (a step of an interleaving); checkDurable reports them.
 	panicMu sync.Mutex
 	panics  []string
+	// madeDue are the keys whose expires_at the trial moved into the past
+	// (Ager): their ExpiresAt no longer follows from their TTL.
+	madeDueMu sync.Mutex
+	madeDue   map[string]bool
 	// busyResent counts BUSY answers reserveDefinite sent again.
 	busyResent atomic.Int64
 
@@ -538,6 +542,8 @@ func (t *trial) checkDurable(ctx context.Context) error {
 		fmt.Sprintf("%d refused requests left a reservation: %s", len(leaked), sample(t.plainSorted(leaked))), leaked...)
 	t.check(Base, "an acknowledged reservation belongs to its request", len(mismatched) == 0,
 		fmt.Sprintf("%d keys answered HELD/REPLAY but stored with another user or sku: %s", len(mismatched), sample(t.plainSorted(mismatched))), mismatched...)
+	t.checkExpiresAt(heldBy, durable)
+	t.checkUserLimitAnswers(ops, durable)
 	t.vary("unknown outcomes resolved committed", len(unknownCommitted))
 	t.vary("unknown outcomes resolved absent", len(unknownAbsent))
 

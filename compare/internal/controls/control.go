@@ -76,6 +76,16 @@ const (
 	// off: COMMIT returns before its WAL is flushed, and waits for no
 	// standby.
 	asyncCommit
+	// ttlWrongUnit: the TTL is sent as milliseconds and read as seconds,
+	// so every reservation is held 1000 times as long as asked.
+	ttlWrongUnit
+	// limitPerUser: the one-active rule is a unique index on user_id
+	// alone: a user holding one SKU is refused every other SKU.
+	limitPerUser
+	// limitCountsEnded: the one-active index has no WHERE status IN
+	// ('HELD','CONFIRMED'): a released or expired reservation still
+	// refuses its user the SKU.
+	limitCountsEnded
 )
 
 //go:embed schema.sql
@@ -363,7 +373,12 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		insert = `INSERT INTO {reservation} (request_key, user_id, sku, status, expires_at)
 		VALUES ($1, $2, $3, 'HELD', now() + $4::interval) RETURNING expires_at`
 	}
-	err = sp.QueryRow(ctx, c.t.q(insert), req.Key, req.User, req.SKU, req.TTL).Scan(&expires)
+	var ttl any = req.TTL
+	if c.breaks == ttlWrongUnit {
+		insert = strings.Replace(insert, "$4::interval", "make_interval(secs => $4::bigint)", 1)
+		ttl = req.TTL.Milliseconds()
+	}
+	err = sp.QueryRow(ctx, c.t.q(insert), req.Key, req.User, req.SKU, ttl).Scan(&expires)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23505" && c.breaks == uniqueViolationIsLimit:

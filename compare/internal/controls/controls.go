@@ -159,6 +159,15 @@ var specs = []spec{
 	{name: "ctl-replay-is-held", cs: "C28-04", b: replayIsHeld, claims: claimsOfA,
 		breaks: "a known key of the same user and SKU is answered HELD again, not REPLAY",
 		expect: expect("partition", contract)},
+	{name: "ctl-ttl-wrong-unit", cs: "new", b: ttlWrongUnit, claims: claimsOfA,
+		breaks: "the TTL is sent in milliseconds and read as seconds: every reservation is held 1000 times as long",
+		expect: expect("sell-out", contract)},
+	{name: "ctl-limit-per-user", cs: "C28-04", b: limitPerUser, claims: claimsOfA,
+		breaks: "the one-active index is on user_id alone: a user who holds one SKU is refused every other",
+		expect: expect("user-limit", contract)},
+	{name: "ctl-limit-counts-ended", cs: "C28-07", b: limitCountsEnded, claims: claimsOfA,
+		breaks: "the one-active index counts every status: a released or expired reservation still refuses its user the SKU",
+		expect: join(expect("release-replay", contract), expect("expiry-replay", contract))},
 }
 
 // All returns every negative control: the copies of strategy A, then the

@@ -40,8 +40,17 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 			return err
 		}
 	}
-	if s.b != checkThenInsert {
-		if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`)); err != nil {
+	oneActive := `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`
+	switch s.b {
+	case checkThenInsert:
+		oneActive = ""
+	case limitPerUser:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (user_id) WHERE status IN ('HELD','CONFIRMED')`
+	case limitCountsEnded:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id)`
+	}
+	if oneActive != "" {
+		if _, err := tx.Exec(ctx, tb.q(oneActive)); err != nil {
 			return err
 		}
 	}
