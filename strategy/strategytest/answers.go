@@ -35,7 +35,7 @@ func (t *trial) checkExpiresAt(heldBy map[string][]Op, durable map[string]strate
 	}
 	for k, held := range heldBy {
 		op := held[0]
-		judge(op, op.Expires, "the HELD answer's")
+		judge(op, op.Answer.ExpiresAt, "the HELD answer's")
 		if d := durable[k]; d.Status == strategy.StatusHeld && !madeDue[k] && len(held) == 1 {
 			judge(op, d.ExpiresAt, "the stored")
 		}
@@ -96,4 +96,42 @@ func (t *trial) checkUserLimitAnswers(ops []Op, durable map[string]strategy.Rese
 	sort.Strings(phantom)
 	t.check(Base, "USER_LIMIT only while the user holds the same SKU", len(phantom) == 0,
 		fmt.Sprintf("%d requests answered USER_LIMIT with no other reservation of that user and SKU to explain it: %s", len(phantom), sample(phantom)), phantomKeys...)
+}
+
+// checkAnswerContents checks the reservation each answer carries: HELD and
+// REPLAY carry the request's own reservation (HELD in status HELD, REPLAY
+// in a status it exists in), KEY_REUSED the reservation that owns the key.
+// A client shows the user what the answer says, whatever the database
+// holds.
+func (t *trial) checkAnswerContents(ops []Op, durable map[string]strategy.Reservation) {
+	var wrong, wrongKeys []string
+	for _, op := range ops {
+		if op.Kind != "reserve" || op.Req.Validate() != nil {
+			continue
+		}
+		a := op.Answer
+		var why string
+		switch op.Outcome {
+		case strategy.OutcomeHeld, strategy.OutcomeReplay:
+			switch {
+			case a.Key != op.Req.Key || a.User != op.Req.User || a.SKU != op.Req.SKU:
+				why = fmt.Sprintf("carries key %q user %q sku %q", t.plain(a.Key), t.plain(a.User), t.plain(a.SKU))
+			case op.Outcome == strategy.OutcomeHeld && a.Status != strategy.StatusHeld:
+				why = fmt.Sprintf("carries status %s", a.Status)
+			case op.Outcome == strategy.OutcomeReplay && (a.Status == "" || a.Status == strategy.StatusNotFound):
+				why = fmt.Sprintf("carries status %q", a.Status)
+			}
+		case strategy.OutcomeKeyReused:
+			if d := durable[op.Req.Key]; d.Status != strategy.StatusNotFound && (a.Key != op.Req.Key || a.User != d.User || a.SKU != d.SKU) {
+				why = fmt.Sprintf("carries key %q user %q sku %q, the owner is user %q sku %q", t.plain(a.Key), t.plain(a.User), t.plain(a.SKU), t.plain(d.User), t.plain(d.SKU))
+			}
+		}
+		if why != "" {
+			wrong = append(wrong, fmt.Sprintf("%s answered %s %s", t.plain(op.Req.Key), op.Outcome, why))
+			wrongKeys = append(wrongKeys, op.Req.Key)
+		}
+	}
+	sort.Strings(wrong)
+	t.check(Base, "an answer carries its own reservation (HELD, REPLAY) or the key's owner (KEY_REUSED)", len(wrong) == 0,
+		fmt.Sprintf("%d answers: %s", len(wrong), sample(wrong)), wrongKeys...)
 }

@@ -3,7 +3,7 @@ package strategytest
 import (
 	"context"
 	"errors"
-	"testing"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,7 +14,7 @@ import (
 // checkConfig: an invalid Config is refused with ErrConfig and writes
 // nothing; a SKU cannot be opened twice; a fresh deployment audits clean;
 // nodes can be restarted.
-func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("cfg")
@@ -133,6 +133,7 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 	if other := strategy.ProbeNode(dep.Node(1)); other != strategy.ProbeNode(dep.Node(0)) {
 		t.Errorf("node 1 has capabilities %+v, node 0 %+v: every node of a deployment must have the same", other, strategy.ProbeNode(dep.Node(0)))
 	}
+	checkScope(ctx, t, meta, db, rs, dep)
 
 	// A second process attaches to the same stock: nothing written, same state.
 	if caps.Attach {
@@ -186,7 +187,7 @@ func checkConfig(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 }
 
 // checkNodeRange: Node(i) out of range panics with strategy.ErrNodeRange.
-func checkNodeRange(t *testing.T, dep strategy.Deployment, i int) {
+func checkNodeRange(t tester, dep strategy.Deployment, i int) {
 	t.Helper()
 	defer func() {
 		r := recover()
@@ -200,7 +201,7 @@ func checkNodeRange(t *testing.T, dep strategy.Deployment, i int) {
 
 // checkSession: a held-open attempt is invisible until Commit, gone after
 // Rollback, and Rollback after Commit is harmless.
-func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+func checkSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("sess")
@@ -278,5 +279,55 @@ func checkSession(t *testing.T, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 	}
 	if got := avail(); got != 2 {
 		t.Errorf("after one committed and one rolled-back attempt on 3 units: available %d, want 2", got)
+	}
+}
+
+// checkScope: Confirm, Release and ExpireDue of one deployment touch only
+// its own SKUs, while another deployment shares the database (the table
+// runs many at once in one database; a service runs one per SKU group).
+func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, dep strategy.Deployment) {
+	t.Helper()
+	sku := kitSKU("scope")
+	other, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	if err != nil {
+		t.Fatalf("Open of a second deployment beside the first: %v", err)
+	}
+	defer other.Close()
+	keys := []string{"kit-scope-1-" + sku, "kit-scope-2-" + sku}
+	for i, k := range keys {
+		res, err := other.Node(0).Reserve(ctx, strategy.Request{Key: k, User: fmt.Sprintf("kit-scope-%d", i), SKU: sku, TTL: time.Minute})
+		if err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve on the second deployment: %+v, %v; want HELD", res, err)
+		}
+	}
+	if c, ok := dep.Node(0).(strategy.Confirmer); ok {
+		for _, mode := range []strategy.ConfirmMode{strategy.ConfirmBeforeExpiry, strategy.ConfirmUntilExpired} {
+			if moved, err := c.Confirm(ctx, keys[0], mode); err != nil || moved {
+				t.Errorf("Confirm (mode %d) of another deployment's reservation: moved %v, %v; want false, nil", mode, moved, err)
+			}
+		}
+	}
+	if r, ok := dep.Node(0).(strategy.Releaser); ok {
+		if units, err := r.Release(ctx, keys[0]); err != nil || units != 0 {
+			t.Errorf("Release of another deployment's reservation: %d units, %v; want 0, nil", units, err)
+		}
+	}
+	if a, ok := other.(strategy.Ager); ok {
+		if _, isExpirer := dep.Node(0).(strategy.Expirer); isExpirer {
+			if n, err := a.MakeDue(ctx, keys[1:]); err != nil || n != 1 {
+				t.Fatalf("MakeDue on the second deployment: %d, %v; want 1", n, err)
+			}
+			if units, err := dep.Node(0).(strategy.Expirer).ExpireDue(ctx); err != nil || units != 0 {
+				t.Errorf("ExpireDue beside another deployment's due reservation: %d units, %v; want 0, nil", units, err)
+			}
+		}
+	}
+	for _, k := range keys {
+		if r, err := other.Node(0).Lookup(ctx, k); err != nil || r.Status != strategy.StatusHeld {
+			t.Errorf("%s, after the first deployment's Confirm, Release and ExpireDue: %s, %v; want HELD", k, r.Status, err)
+		}
+	}
+	if list, err := other.Audit(ctx); err != nil || len(list) != 1 || list[0].Available != 1 || list[0].Active != 2 {
+		t.Errorf("Audit of the second deployment: %+v, %v; want available 1, active 2", list, err)
 	}
 }

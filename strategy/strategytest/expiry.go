@@ -209,7 +209,7 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 			fmt.Sprintf("statuses of the %d not due: %v", len(keys)-len(due), notDue))
 	}
 	if in.ThenRequests == 0 { // with then_requests, they are the ones to take the units back
-		if err := t.reserveAgain(ctx, due, "expired"); err != nil {
+		if err := t.reserveAgain(ctx, due, strategy.StatusExpired); err != nil {
 			return err
 		}
 	}
@@ -481,33 +481,85 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 		}
 		t.check(strategy.ReturnOnce, "a released reservation cannot be confirmed", !moved, "Confirm moved a RELEASED reservation")
 	}
-	return t.reserveAgain(ctx, keys, "released")
+	if c, ok := t.node(0).(strategy.Confirmer); ok && len(held) > in.Release {
+		if err := t.releaseConfirmed(ctx, c, held[in.Release]); err != nil {
+			return err
+		}
+	}
+	return t.reserveAgain(ctx, keys, strategy.StatusReleased)
 }
 
-// reserveAgain has the holders of keys (made by holdMany, now released or
-// expired) ask for the same SKU again under new keys, at once: a unit is
-// free for each, and a reservation that no longer holds a unit must no
-// longer count against its user (a limit that counts every status passes
-// every other scenario).
-func (t *trial) reserveAgain(ctx context.Context, keys []string, how string) error {
+// releaseConfirmed confirms a HELD reservation and then releases it: the
+// release must move nothing and return no unit (a paid reservation is not
+// given back by a late cancel).
+func (t *trial) releaseConfirmed(ctx context.Context, c strategy.Confirmer, key string) error {
+	op := Op{Process: "c", Kind: "confirm", Node: 0, Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
+	moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired)
+	op.Moved, op.Type = moved, OpOK
+	if err != nil {
+		op.Type, op.Err = OpInfo, err.Error()
+	}
+	t.hist.End(op)
+	if err != nil || !moved {
+		return fmt.Errorf("confirm %s before releasing it: moved %v, %v", t.plain(key), moved, err)
+	}
+	var units int
+	back, err := t.returned(ctx, func() {
+		rel := Op{Process: "c", Kind: "release", Node: 1 % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
+		var rerr error
+		units, rerr = t.node(1).(strategy.Releaser).Release(ctx, key)
+		rel.Units, rel.Type = units, OpOK
+		if rerr != nil {
+			rel.Type, rel.Err = OpInfo, rerr.Error()
+		}
+		t.hist.End(rel)
+	})
+	if err != nil {
+		return err
+	}
+	_, durable, err := t.statuses(ctx, []string{key})
+	if err != nil {
+		return err
+	}
+	st := durable[key].Status
+	t.check(strategy.ReturnOnce, "a confirmed reservation cannot be released", units == 0 && back == 0 && st == strategy.StatusConfirmed,
+		fmt.Sprintf("Release of a CONFIRMED reservation reported %d units, the stock rose by %d, status %s", units, back, st), key)
+	return nil
+}
+
+// reserveAgain has the holders of keys (made by holdMany, now in status
+// ended) send their old request again, which must be a REPLAY that says
+// ended (the reservation's current state, not the one it was made in), and
+// then ask for the same SKU under a new key, all at once: a unit is free
+// for each, and a reservation that no longer holds a unit must no longer
+// count against its user (a limit that counts every status passes every
+// other scenario).
+func (t *trial) reserveAgain(ctx context.Context, keys []string, ended strategy.Status) error {
 	sku := t.sku(t.in.Stock[0].SKU)
-	ops := make([]Op, len(keys))
+	replays, again := make([]Op, len(keys)), make([]Op, len(keys))
 	Together(len(keys), func(i int) {
 		var n int // holdMany's key req-NNNN belongs to user-NNNN
 		if _, err := fmt.Sscanf(t.plain(keys[i]), "req-%d", &n); err != nil {
 			panic(fmt.Sprintf("reserveAgain: %s is not a key of holdMany", keys[i]))
 		}
-		ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{
-			Key: t.key(fmt.Sprintf("req-again-%04d", n)), User: t.user(fmt.Sprintf("user-%04d", n)), SKU: sku, TTL: strategy.TTLForever,
+		user := t.user(fmt.Sprintf("user-%04d", n))
+		replays[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{Key: keys[i], User: user, SKU: sku, TTL: strategy.TTLForever})
+		again[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{
+			Key: t.key(fmt.Sprintf("req-again-%04d", n)), User: user, SKU: sku, TTL: strategy.TTLForever,
 		})
 	})
-	var wrong []string
-	for _, op := range ops {
-		if op.Outcome != strategy.OutcomeHeld {
-			wrong = append(wrong, fmt.Sprintf("%s: %s %s", t.plain(op.Req.User), op.Outcome, op.Err))
+	var stale, refused []string
+	for i := range keys {
+		if r := replays[i]; r.Outcome != strategy.OutcomeReplay || r.Answer.Status != ended {
+			stale = append(stale, fmt.Sprintf("%s: %s %s %s", t.plain(r.Req.Key), r.Outcome, r.Answer.Status, r.Err))
+		}
+		if a := again[i]; a.Outcome != strategy.OutcomeHeld {
+			refused = append(refused, fmt.Sprintf("%s: %s %s", t.plain(a.Req.User), a.Outcome, a.Err))
 		}
 	}
-	t.check(Base, "a user whose reservation was "+how+" can reserve the SKU again", len(wrong) == 0,
-		fmt.Sprintf("%d of %d answered otherwise than HELD: %s", len(wrong), len(keys), sample(wrong)))
+	t.check(Base, fmt.Sprintf("a request sent again after its reservation was %s is a REPLAY that says %s", ended, ended), len(stale) == 0,
+		fmt.Sprintf("%d of %d answered otherwise: %s", len(stale), len(keys), sample(stale)))
+	t.check(Base, fmt.Sprintf("a user whose reservation was %s can reserve the SKU again", ended), len(refused) == 0,
+		fmt.Sprintf("%d of %d answered otherwise than HELD: %s", len(refused), len(keys), sample(refused)))
 	return nil
 }

@@ -367,13 +367,13 @@ func httpOp(op Op, a httpAnswer, err error) Op {
 		op.Type, op.Err = OpInfo, err.Error()
 	case a.code == http.StatusCreated || a.code == http.StatusOK:
 		op.Type = OpOK
-		if op.Outcome == strategy.OutcomeHeld && a.Reservation != nil {
-			op.Expires = a.Reservation.ExpiresAt
-		}
 	case a.code == http.StatusConflict || a.code == http.StatusUnprocessableEntity || a.code == http.StatusBadRequest:
 		op.Type = OpFail
 	default:
 		op.Type, op.Err = OpInfo, a.String()+": "+a.Error
+	}
+	if r := a.Reservation; err == nil && r != nil {
+		op.Answer = strategy.Reservation{Key: r.RequestKey, User: r.User, SKU: r.SKU, Status: strategy.Status(r.Status), ExpiresAt: r.ExpiresAt}
 	}
 	return op
 }

@@ -40,8 +40,10 @@ type Op struct {
 	Outcome  strategy.Outcome // reserve
 	Units    int              // release, expire: units the call reported
 	Moved    bool             // confirm: the call reports it moved the row
-	Expires  time.Time        // reserve answered HELD: the ExpiresAt the answer carries
-	Err      string
+	// Answer is the reservation a reserve answer carries (HELD, REPLAY,
+	// KEY_REUSED), as the client reads it.
+	Answer strategy.Reservation
+	Err    string
 	// Aborted: the call failed because PostgreSQL aborted its transaction
 	// to resolve a conflict with a concurrent one (40001, 40P01): the
 	// transaction did nothing, and running it again is the remedy.
@@ -122,12 +124,9 @@ func reserveOp(op Op, res strategy.Result, err error) Op {
 	case err != nil:
 		op.Type, op.Err = OpInfo, err.Error()
 	case res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay:
-		op.Type = OpOK
-		if res.Outcome == strategy.OutcomeHeld {
-			op.Expires = res.Reservation.ExpiresAt
-		}
+		op.Type, op.Answer = OpOK, res.Reservation
 	default:
-		op.Type = OpFail
+		op.Type, op.Answer = OpFail, res.Reservation
 	}
 	return op
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -195,7 +196,7 @@ func (n *fakeNode) move(key string, to strategy.Status, due bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.rows {
-		if r.Key == key && r.Status == strategy.StatusHeld && (!due || r.ExpiresAt.Before(time.Now())) {
+		if r.Key == key && slices.Contains(n.d.skus, r.SKU) && r.Status == strategy.StatusHeld && (!due || r.ExpiresAt.Before(time.Now())) {
 			r.Status = to
 			if to != strategy.StatusConfirmed {
 				s.stock[r.SKU].available++

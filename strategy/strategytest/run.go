@@ -543,6 +543,7 @@ func (t *trial) checkDurable(ctx context.Context) error {
 	t.check(Base, "an acknowledged reservation belongs to its request", len(mismatched) == 0,
 		fmt.Sprintf("%d keys answered HELD/REPLAY but stored with another user or sku: %s", len(mismatched), sample(t.plainSorted(mismatched))), mismatched...)
 	t.checkExpiresAt(heldBy, durable)
+	t.checkAnswerContents(ops, durable)
 	t.checkUserLimitAnswers(ops, durable)
 	t.vary("unknown outcomes resolved committed", len(unknownCommitted))
 	t.vary("unknown outcomes resolved absent", len(unknownAbsent))

@@ -34,6 +34,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,9 +75,9 @@ func (o Options) wants(name string) bool {
 	return (len(o.Only) == 0 || contains(o.Only, name)) && !contains(o.Skip, name)
 }
 
-// Run runs the kit as subtests of t: the config and session checks, then
-// every scenario. The scenarios that crash, fail over or reconfigure the
-// server (server-crash, commit-timeout, failover-*) run on a throwaway cluster the kit starts
+// Run runs the kit as subtests of t: every scenario, the deployment's own
+// contract (configs, Attach, Restart, sessions) among them. The scenarios
+// that crash, fail over or reconfigure the server (server-crash, commit-timeout, failover-*) run on a throwaway cluster the kit starts
 // for them when local PostgreSQL binaries are found (pgtest.Start); against
 // a server named by pgtest.EnvDSN they are skipped. The test binary's
 // TestMain must call Main, so the kill scenarios' helper processes work.
@@ -95,8 +96,6 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	db, admin := newDB(t)
 	db, lp := leastPrivilegeFor(t, meta, db, admin)
 	res := resourcetest.New(t, meta) // what the strategy needs besides PostgreSQL
-	t.Run("config", func(t *testing.T) { checkConfig(t, meta, db, res.Addrs()) })
-	t.Run("session", func(t *testing.T) { checkSession(t, meta, db, res.Addrs()) })
 	ins, err := Scenarios()
 	if err != nil {
 		t.Fatal(err)
@@ -234,10 +233,9 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-var kitSeq int
+var kitSeq atomic.Int64
 
 // kitSKU names a SKU no scenario uses.
 func kitSKU(prefix string) string {
-	kitSeq++
-	return fmt.Sprintf("kit-%s-%d-%d", prefix, time.Now().UnixNano()%1e9, kitSeq)
+	return fmt.Sprintf("kit-%s-%d-%d", prefix, time.Now().UnixNano()%1e9, kitSeq.Add(1))
 }

@@ -86,6 +86,16 @@ const (
 	// ('HELD','CONFIRMED'): a released or expired reservation still
 	// refuses its user the SKU.
 	limitCountsEnded
+	// releaseConfirmed: Release moves HELD or CONFIRMED rows: a late
+	// cancel gives back a unit that was paid for.
+	releaseConfirmed
+	// openReloadsStock: Open loads stock with ON CONFLICT DO UPDATE: a
+	// second Open of a SKU resets its stock instead of failing with
+	// ErrStockExists.
+	openReloadsStock
+	// expireEverySKU: the expiry job has no sku = ANY($1): it expires the
+	// due reservations of every deployment in the database.
+	expireEverySKU
 )
 
 //go:embed schema.sql
@@ -137,7 +147,11 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 			return err
 		}
 		for _, st := range cfg.Stock {
-			tag, err := tx.Exec(ctx, tb.q(`INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`), st.SKU, st.Total)
+			insert := `INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`
+			if s.b == openReloadsStock {
+				insert = `INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT (sku) DO UPDATE SET total = EXCLUDED.total, available = EXCLUDED.available`
+			}
+			tag, err := tx.Exec(ctx, tb.q(insert), st.SKU, st.Total)
 			if err != nil {
 				return err
 			}
@@ -465,8 +479,11 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		return 0, err
 	}
 	status := `AND status = 'HELD'`
-	if n.c.breaks == releaseNoStatusCheck {
+	switch n.c.breaks {
+	case releaseNoStatusCheck:
 		status = ``
+	case releaseConfirmed:
+		status = `AND status IN ('HELD', 'CONFIRMED')`
 	}
 	back := `UPDATE {stock} s SET available = s.available + 1 FROM moved WHERE s.sku = moved.sku RETURNING 1`
 	if n.c.breaks == releaseKeepsUnit {
@@ -540,11 +557,15 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	if c.breaks == expireConfirmed {
 		statuses = `'HELD', 'CONFIRMED'`
 	}
+	scope := `sku = ANY($1)`
+	if c.breaks == expireEverySKU {
+		scope = `$1::text[] IS NOT NULL`
+	}
 	var units int
 	err := tx.QueryRow(ctx, c.t.q(`
 		WITH moved AS (
 			UPDATE {reservation} SET status = 'EXPIRED'
-			WHERE sku = ANY($1) AND status IN (`+statuses+`) AND expires_at < now() RETURNING sku),
+			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < now() RETURNING sku),
 		per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku),
 		upd AS (UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku RETURNING per.n)
 		SELECT coalesce(sum(n), 0) FROM upd`), c.skus).Scan(&units)

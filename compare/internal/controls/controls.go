@@ -168,6 +168,15 @@ var specs = []spec{
 	{name: "ctl-limit-counts-ended", cs: "C28-07", b: limitCountsEnded, claims: claimsOfA,
 		breaks: "the one-active index counts every status: a released or expired reservation still refuses its user the SKU",
 		expect: join(expect("release-replay", contract), expect("expiry-replay", contract))},
+	{name: "ctl-release-confirmed", cs: "C28-08", b: releaseConfirmed, claims: claimsOfA,
+		breaks: "Release moves CONFIRMED rows too: a late cancel gives back a unit that was paid for",
+		expect: expect("release-replay", strategy.ReturnOnce)},
+	{name: "ctl-open-reloads-stock", cs: "new", b: openReloadsStock, claims: claimsOfA,
+		breaks: "Open loads stock with ON CONFLICT DO UPDATE: opening a SKU again resets its stock instead of failing",
+		expect: expect("deployment-contract", contract)},
+	{name: "ctl-expire-every-sku", cs: "new", b: expireEverySKU, claims: claimsOfA,
+		breaks: "the expiry job has no sku = ANY(...): it expires the due reservations of every deployment in the database",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the

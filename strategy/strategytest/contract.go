@@ -1,0 +1,98 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// KindDeploymentContract runs the checks of the deployment's own contract,
+// beside the reservations: configs, Audit, Attach, Node, Restart and
+// held-open sessions. As a scenario they reach table 28-1 and every run of
+// go test ./compare, not only a strategy's own conformance test.
+const KindDeploymentContract = "deployment-contract"
+
+func init() {
+	registerKind(KindDeploymentContract, kindSpec{run: runDeploymentContract, required: []string{}})
+}
+
+// tester is the part of testing.T the contract checks use: *testing.T in a
+// test, a recorder (below) in a scenario.
+type tester interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Fatal(args ...any)
+	Logf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// runDeploymentContract runs checkConfig and checkSession on deployments of
+// their own (kit SKUs, beside the trial's), each failure a failed check of
+// the contract.
+func runDeploymentContract(ctx context.Context, t *trial) error {
+	rs := t.env.Resources.Addrs()
+	parts := []struct {
+		what string
+		run  func(tester)
+	}{
+		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract",
+			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }},
+		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
+			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
+	}
+	for _, p := range parts {
+		r := runRecorded(p.run)
+		if r.skipped != "" {
+			t.fact("not applicable", "%s", r.skipped)
+			continue
+		}
+		for _, l := range r.logs {
+			t.fact("note", "%s", l)
+		}
+		t.check(Base, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
+	}
+	return ctx.Err()
+}
+
+// recorder is a tester that keeps what a check reports. Fatalf and Skip
+// end the check (a panic runRecorded recovers), as they end a test.
+type recorder struct {
+	errs, logs []string
+	skipped    string
+}
+
+type recorderStop struct{}
+
+func runRecorded(f func(tester)) (r *recorder) {
+	r = &recorder{}
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(recorderStop); !ok {
+				r.errs = append(r.errs, fmt.Sprintf("panic: %v", p))
+			}
+		}
+	}()
+	f(r)
+	return r
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	panic(recorderStop{})
+}
+func (r *recorder) Fatal(args ...any) {
+	r.errs = append(r.errs, fmt.Sprint(args...))
+	panic(recorderStop{})
+}
+func (r *recorder) Skip(args ...any) {
+	r.skipped = fmt.Sprint(args...)
+	panic(recorderStop{})
+}
