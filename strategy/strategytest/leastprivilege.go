@@ -49,7 +49,7 @@ func runLeastPrivilege(ctx context.Context, t *trial) error {
 	sku := t.sku(t.in.Stock[0].SKU)
 	held := 0
 	for i := 0; i < t.in.Requests; i++ {
-		op := t.reserve(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-%02d", i)), User: t.user(fmt.Sprintf("user-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+		op := t.reserveDefinite(ctx, "c", i, strategy.Request{Key: t.key(fmt.Sprintf("req-%02d", i)), User: t.user(fmt.Sprintf("user-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
 		if op.Outcome == strategy.OutcomeHeld {
 			held++
 		}

@@ -76,7 +76,7 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 		}
 	}
 	ops := make([]Op, len(jobs))
-	Together(len(jobs), func(i int) { ops[i] = t.reserve(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req) })
+	Together(len(jobs), func(i int) { ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req) })
 	for _, op := range ops {
 		if op.Outcome != strategy.OutcomeHeld {
 			return fmt.Errorf("setup: %s on node %d answered %s %s", t.plain(op.Req.Key), op.Node, op.Outcome, op.Err)
@@ -130,7 +130,7 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 
 	// Node 0's process, started again, is sent its share once more.
 	again := make([]Op, share0)
-	Together(share0, func(i int) { again[i] = t.reserve(ctx, fmt.Sprintf("a%d", i), 0, req("again", i)) })
+	Together(share0, func(i int) { again[i] = t.reserveDefinite(ctx, fmt.Sprintf("a%d", i), 0, req("again", i)) })
 	held := 0
 	for _, op := range again {
 		if op.Outcome == strategy.OutcomeHeld {
@@ -171,7 +171,7 @@ func runProcessRelease(ctx context.Context, t *trial) error {
 	}
 	var keys []string
 	for i := 0; i < in.Held; i++ {
-		op := t.reserve(ctx, "c", 0, req("sold", i))
+		op := t.reserveDefinite(ctx, "c", 0, req("sold", i))
 		if op.Outcome != strategy.OutcomeHeld {
 			return fmt.Errorf("setup: %s answered %s %s", t.plain(op.Req.Key), op.Outcome, op.Err)
 		}
@@ -225,7 +225,7 @@ func runProcessRelease(ctx context.Context, t *trial) error {
 	}
 	held := 0
 	for i := 0; i < share0; i++ {
-		if op := t.reserve(ctx, "c", 0, req("after", i)); op.Outcome == strategy.OutcomeHeld {
+		if op := t.reserveDefinite(ctx, "c", 0, req("after", i)); op.Outcome == strategy.OutcomeHeld {
 			held++
 		}
 	}
