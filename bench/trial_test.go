@@ -29,14 +29,16 @@ func TestTrials(t *testing.T) {
 	defer env.Close(context.Background())
 	for _, m := range strategy.Registered() {
 		t.Run(m.Name, func(t *testing.T) {
-			tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolGo, Clients: 2, Duration: 150 * time.Millisecond,
+			tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolGo, Clients: 2, Duration: 500 * time.Millisecond,
 				Stock: 5000, SampleEvery: 10 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
 			run := tr.Run
-			if run.Errors != 0 || run.Held == 0 || run.Refused != 0 {
-				t.Fatalf("held %d refused %d errors %d (%s)", run.Held, run.Refused, run.Errors, run.FirstErr)
+			// HeldTotal, not Held: on a loaded machine under -race the first
+			// answers can come after the short window (CI saw 0 inside it).
+			if run.Errors != 0 || run.HeldTotal == 0 || run.Refused != 0 {
+				t.Fatalf("held %d (%d in the window) refused %d errors %d (%s)", run.HeldTotal, run.Held, run.Refused, run.Errors, run.FirstErr)
 			}
 			if a := tr.Audit; a.Drift() != 0 || int64(a.Active) != run.HeldTotal {
 				t.Errorf("audit %+v after %d HELD", a, run.HeldTotal)

@@ -62,7 +62,9 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	if len(strategies) == 0 {
 		t.Fatal("no strategy to run: none is registered and TableOptions.Strategies is empty")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// A bound on a hang, not a speed: make runs the table with -timeout 30m,
+	// and a loaded 2-core machine beside the race run once needed 10 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	srv := pgtest.Shared(t)
 	newDB := databases(t, srv)
