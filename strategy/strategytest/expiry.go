@@ -61,6 +61,19 @@ func (t *trial) expireUntilDone(ctx context.Context, proc string, node int) (uni
 	return units, failedRuns
 }
 
+// confirm runs Confirm on a node and records it; an error is an unknown
+// outcome.
+func (t *trial) confirm(ctx context.Context, proc string, node int, key string, mode strategy.ConfirmMode) (bool, error) {
+	op := Op{Process: proc, Kind: "confirm", Node: node % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
+	moved, err := t.node(node).(strategy.Confirmer).Confirm(ctx, key, mode)
+	op.Moved, op.Type = moved, OpOK
+	if err != nil {
+		op.Type, op.Err = OpInfo, err.Error()
+	}
+	t.hist.End(op)
+	return moved, err
+}
+
 func (t *trial) makeDue(ctx context.Context, keys []string) error {
 	n, err := t.dep.(strategy.Ager).MakeDue(ctx, keys)
 	if err != nil {
@@ -264,16 +277,9 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 		if err := t.makeDue(ctx, all[:2*in.Confirmed]); err != nil {
 			return err
 		}
-		c := t.node(0).(strategy.Confirmer)
 		// A payment that arrives after expires_at is refused in the
 		// default mode, even though no expiry moved the row yet.
-		op := Op{Process: "confirm", Kind: "confirm", Req: strategy.Request{Key: held[0]}, Invoke: t.hist.Begin()}
-		late, err := c.Confirm(ctx, held[0], strategy.ConfirmBeforeExpiry)
-		op.Moved, op.Type = late, OpOK
-		if err != nil {
-			op.Type, op.Err = OpInfo, err.Error()
-		}
-		t.hist.End(op)
+		late, err := t.confirm(ctx, "confirm", 0, held[0], strategy.ConfirmBeforeExpiry)
 		if err != nil {
 			return fmt.Errorf("confirm before expiry of a due reservation: %w", err)
 		}
@@ -283,13 +289,7 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 			return nil // the rest of the prelude assumes the row is still HELD
 		}
 		for _, k := range confirmed {
-			op := Op{Process: "confirm", Kind: "confirm", Req: strategy.Request{Key: k}, Invoke: t.hist.Begin()}
-			moved, err := c.Confirm(ctx, k, strategy.ConfirmUntilExpired)
-			op.Moved, op.Type = moved, OpOK
-			if err != nil {
-				op.Type, op.Err = OpInfo, err.Error()
-			}
-			t.hist.End(op)
+			moved, err := t.confirm(ctx, "confirm", 0, k, strategy.ConfirmUntilExpired)
 			if err != nil || !moved {
 				return fmt.Errorf("setup: confirm %s: moved %v, %v", t.plain(k), moved, err)
 			}
@@ -332,16 +332,8 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	back, err := t.returned(ctx, func() {
 		gateErr = t.concurrently(ctx, 2*in.Workers, func(i int) {
 			if i < in.Workers { // confirmer
-				c := t.node(i).(strategy.Confirmer)
 				for k := range queue {
-					op := Op{Process: fmt.Sprintf("confirm%d", i), Kind: "confirm", Node: i % t.cfg.NodeCount(), Req: strategy.Request{Key: k}, Invoke: t.hist.Begin()}
-					moved, err := c.Confirm(ctx, k, strategy.ConfirmUntilExpired)
-					op.Moved, op.Type = moved, OpOK
-					if err != nil {
-						op.Type, op.Err = OpInfo, err.Error()
-					}
-					t.hist.End(op)
-					if moved {
+					if moved, _ := t.confirm(ctx, fmt.Sprintf("confirm%d", i), i, k, strategy.ConfirmUntilExpired); moved {
 						mu.Lock()
 						confirmedByCall[k] = true
 						mu.Unlock()
@@ -481,8 +473,8 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 		}
 		t.check(strategy.ReturnOnce, "a released reservation cannot be confirmed", !moved, "Confirm moved a RELEASED reservation")
 	}
-	if c, ok := t.node(0).(strategy.Confirmer); ok && len(held) > in.Release {
-		if err := t.releaseConfirmed(ctx, c, held[in.Release]); err != nil {
+	if _, ok := t.node(0).(strategy.Confirmer); ok && len(held) > in.Release {
+		if err := t.releaseConfirmed(ctx, held[in.Release]); err != nil {
 			return err
 		}
 	}
@@ -492,14 +484,8 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 // releaseConfirmed confirms a HELD reservation and then releases it: the
 // release must move nothing and return no unit (a paid reservation is not
 // given back by a late cancel).
-func (t *trial) releaseConfirmed(ctx context.Context, c strategy.Confirmer, key string) error {
-	op := Op{Process: "c", Kind: "confirm", Node: 0, Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
-	moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired)
-	op.Moved, op.Type = moved, OpOK
-	if err != nil {
-		op.Type, op.Err = OpInfo, err.Error()
-	}
-	t.hist.End(op)
+func (t *trial) releaseConfirmed(ctx context.Context, key string) error {
+	moved, err := t.confirm(ctx, "c", 0, key, strategy.ConfirmUntilExpired)
 	if err != nil || !moved {
 		return fmt.Errorf("confirm %s before releasing it: moved %v, %v", t.plain(key), moved, err)
 	}
