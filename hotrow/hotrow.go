@@ -59,9 +59,11 @@ type Options struct {
 	// MaxRetries bounds how often one operation (Reserve, Confirm, Release,
 	// ExpireDue, MakeDue) reruns its whole transaction after 40001, 40P01,
 	// or a unique-index conflict with a row its snapshot cannot see.
-	// 0 means DefaultMaxRetries; a negative value disables retrying, so the
-	// error reaches the caller (an outcome the contract calls unknown, though
-	// PostgreSQL rolled the transaction back). Sessions never retry.
+	// 0 means DefaultMaxRetries. A Reserve whose retries all failed answers
+	// BUSY (nothing was written); the other operations return the error. A
+	// negative value disables retrying, so the first error reaches the
+	// caller (an outcome the contract calls unknown, though PostgreSQL
+	// rolled the transaction back). Sessions never retry.
 	MaxRetries int
 }
 

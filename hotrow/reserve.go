@@ -186,7 +186,8 @@ func scanReservation(row pgx.Row) (strategy.Reservation, error) {
 
 // Reserve runs reserveInTx in its own transaction at the deployment's
 // isolation level and commits it, rerunning the whole transaction after
-// 40001 or 40P01 (Options.MaxRetries).
+// 40001 or 40P01 (Options.MaxRetries). When every attempt was rolled back
+// the answer is BUSY: nothing was written and the request may be sent again.
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if res, err := n.Admit(n.d.owns, req); err != nil {
 		return res, err
@@ -200,6 +201,8 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	switch {
 	case errors.Is(err, strategy.ErrBadRequest):
 		return strategy.BadRequest(err)
+	case errors.Is(err, errRetriesSpent):
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
 	case err != nil:
 		return strategy.Result{}, fmt.Errorf("hotrow: reserve %q: %w", req.Key, err)
 	}
