@@ -96,6 +96,9 @@ const (
 	// expireEverySKU: the expiry job has no sku = ANY($1): it expires the
 	// due reservations of every deployment in the database.
 	expireEverySKU
+	// expireEarly: the expiry job compares expires_at with now() plus two
+	// seconds: a reservation is expired up to two seconds before its time.
+	expireEarly
 )
 
 //go:embed schema.sql
@@ -561,11 +564,15 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	if c.breaks == expireEverySKU {
 		scope = `$1::text[] IS NOT NULL`
 	}
+	due := `now()`
+	if c.breaks == expireEarly {
+		due = `now() + interval '2 seconds'`
+	}
 	var units int
 	err := tx.QueryRow(ctx, c.t.q(`
 		WITH moved AS (
 			UPDATE {reservation} SET status = 'EXPIRED'
-			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < now() RETURNING sku),
+			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < `+due+` RETURNING sku),
 		per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku),
 		upd AS (UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku RETURNING per.n)
 		SELECT coalesce(sum(n), 0) FROM upd`), c.skus).Scan(&units)

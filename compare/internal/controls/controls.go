@@ -177,6 +177,9 @@ var specs = []spec{
 	{name: "ctl-expire-every-sku", cs: "new", b: expireEverySKU, claims: claimsOfA,
 		breaks: "the expiry job has no sku = ANY(...): it expires the due reservations of every deployment in the database",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-expire-early", cs: "new", b: expireEarly, claims: claimsOfA,
+		breaks: "the expiry job compares expires_at with now() + 2 s: a reservation can expire two seconds before its time",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the

@@ -1,0 +1,104 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// expiryLadder is the TTLs checkExpiryTiming holds at once: short enough
+// that an expiry job which runs ahead of its clock by a second to a minute
+// finds one still ahead of now() but inside its margin, long enough that
+// the rest stay ahead on a slow machine.
+var expiryLadder = []time.Duration{
+	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second,
+	5 * time.Second, 10 * time.Second, 30 * time.Second, 50 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
+}
+
+// clockSlack is how far apart the harness's clock and the one the strategy
+// stamps expires_at with may be: both are this machine's wall clock
+// (PostgreSQL's now(), Go's time.Now), read microseconds apart.
+const clockSlack = 100 * time.Millisecond
+
+// checkExpiryTiming: ExpireDue moves exactly the HELD reservations whose
+// expires_at had passed when it ran. Every other expiry scenario makes
+// reservations due with Ager.MakeDue (just into the past) beside
+// reservations a minute to hours ahead, so an expiry job that compares
+// expires_at with now() plus a margin of a few seconds to a minute passes
+// them all. Here reservations with TTLs from 250 ms to an hour are held at
+// once and the job runs once, right after:
+//
+//   - one it expired whose expires_at was still ahead when it returned
+//     (later than the moment the call returned, plus clockSlack) was
+//     expired early;
+//   - one still HELD whose expires_at had passed before the call began
+//     (by more than clockSlack) was left behind;
+//   - the units it reports are the reservations it moved.
+//
+// Neither judgement depends on how fast the machine is: a slow one only
+// moves which TTLs fall on either side of now().
+func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("due")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: len(expiryLadder)}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	expirer, ok := dep.Node(0).(strategy.Expirer)
+	if !ok {
+		t.Skip("no expiry job (strategy.Expirer)")
+	}
+	keys := make([]string, len(expiryLadder))
+	held := make([]strategy.Result, len(expiryLadder))
+	errs := make([]error, len(expiryLadder))
+	Together(len(expiryLadder), func(i int) {
+		keys[i] = fmt.Sprintf("kit-due-%02d-%s", i, sku)
+		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-due-%02d", i), SKU: sku, TTL: expiryLadder[i]})
+	})
+	for i := range keys {
+		if errs[i] != nil || held[i].Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve with TTL %s: %+v, %v; want HELD", expiryLadder[i], held[i], errs[i])
+		}
+	}
+	began := time.Now()
+	units, err := expirer.ExpireDue(ctx)
+	returned := time.Now()
+	if err != nil {
+		t.Fatalf("ExpireDue: %v", err)
+	}
+	var early, late []string
+	expired := 0
+	for i, k := range keys {
+		r, err := dep.Node(0).Lookup(ctx, k)
+		if err != nil {
+			t.Fatalf("Lookup %s: %v", k, err)
+		}
+		switch ahead := r.ExpiresAt.Sub(returned); {
+		case r.Status == strategy.StatusExpired:
+			expired++
+			if ahead > clockSlack {
+				early = append(early, fmt.Sprintf("TTL %s: expires_at was %s ahead", expiryLadder[i], ahead.Round(time.Millisecond)))
+			}
+		case r.Status == strategy.StatusHeld && r.ExpiresAt.Before(began.Add(-clockSlack)):
+			late = append(late, fmt.Sprintf("TTL %s: expires_at had passed %s before", expiryLadder[i], began.Sub(r.ExpiresAt).Round(time.Millisecond)))
+		case r.Status != strategy.StatusHeld:
+			t.Errorf("TTL %s: status %s after ExpireDue; want HELD or EXPIRED", expiryLadder[i], r.Status)
+		}
+	}
+	if len(early) > 0 {
+		t.Errorf("ExpireDue expired %d reservations before their expires_at (it returned %s after it was called): %v", len(early), returned.Sub(began).Round(time.Millisecond), early)
+	}
+	if len(late) > 0 {
+		t.Errorf("ExpireDue left %d due reservations HELD: %v", len(late), late)
+	}
+	if units != expired {
+		t.Errorf("ExpireDue reported %d units; it moved %d reservations to EXPIRED", units, expired)
+	}
+}
