@@ -33,6 +33,10 @@ const (
 	OutcomeUnknown      = "UNKNOWN"
 	OutcomeNotFound     = "NOT_FOUND"
 	OutcomeNotSupported = "NOT_SUPPORTED"
+	// OutcomeNoSuchRoute and OutcomeMethodNotAllowed answer a request
+	// the API has no endpoint for: nothing was read or written.
+	OutcomeNoSuchRoute      = "NO_SUCH_ROUTE"
+	OutcomeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 )
 
 func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {

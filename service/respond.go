@@ -93,7 +93,7 @@ var answerOutcomes = func() []string {
 		out = append(out, string(o))
 	}
 	return append(out, OutcomeQueueFull, OutcomeWaitTimeout, OutcomeShuttingDown, OutcomeClientGone,
-		OutcomeUnknown, OutcomeNotFound, OutcomeNotSupported, "BODY_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "REQUEST_TIMEOUT", "OTHER")
+		OutcomeUnknown, OutcomeNotFound, OutcomeNotSupported, OutcomeNoSuchRoute, OutcomeMethodNotAllowed, "BODY_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "REQUEST_TIMEOUT", "OTHER")
 }()
 
 func (a *answerCounts) init() {

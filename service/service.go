@@ -14,7 +14,9 @@
 //	POST /reservations/{request_key}/release   200 unit back, 409 not moved (current status)
 //	GET  /status                          the gate and the answers so far (seed 004's /inspect)
 //
-// Every answer is JSON. A strategy without strategy.Confirmer or
+// Every answer is JSON, also for a path the API does not have (404
+// NO_SUCH_ROUTE) or a method its path does not take (405
+// METHOD_NOT_ALLOWED, with Allow). A strategy without strategy.Confirmer or
 // strategy.Releaser answers its endpoint 404 NOT_SUPPORTED.
 //
 // # What it guarantees
@@ -141,8 +143,41 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// ServeHTTP answers one request.
-func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP answers one request. A path the API does not have, or a
+// method its path does not take, is answered in JSON too (NO_SUCH_ROUTE
+// 404, METHOD_NOT_ALLOWED 405 with Allow), not in ServeMux's plain text:
+// a client parses every answer the same way.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r) // the mux, not h: it sets the path values
+		return
+	}
+	seen := &headerOnly{header: http.Header{}}
+	h.ServeHTTP(seen, r) // ServeMux's own answer: which status, and Allow
+	switch seen.code {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", seen.header.Get("Allow"))
+		s.write(w, seen.code, answer{Outcome: OutcomeMethodNotAllowed,
+			Error: fmt.Sprintf("%s %s: this path takes only %s", r.Method, r.URL.Path, seen.header.Get("Allow"))})
+	case http.StatusNotFound:
+		s.write(w, seen.code, answer{Outcome: OutcomeNoSuchRoute,
+			Error: fmt.Sprintf("%s %s: no such endpoint; the API is POST /reserve, GET /reservations/{request_key}, POST /reservations/{request_key}/confirm and /release, GET /status", r.Method, r.URL.Path)})
+	default: // a redirect to the cleaned path
+		h.ServeHTTP(w, r)
+	}
+}
+
+// headerOnly keeps the status and headers a handler writes and drops its
+// body.
+type headerOnly struct {
+	header http.Header
+	code   int
+}
+
+func (h *headerOnly) Header() http.Header         { return h.header }
+func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerOnly) WriteHeader(code int)        { h.code = code }
 
 // Drain stops admitting: requests that arrive or still wait in the queue
 // get 503 REJECTED_SHUTTING_DOWN; admitted ones run to their end. Call it

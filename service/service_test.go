@@ -72,6 +72,7 @@ func serve(t *testing.T, node func(strategy.Strategy) strategy.Strategy, limits 
 type reply struct {
 	code       int
 	retryAfter string
+	allow      string
 	body       map[string]any
 }
 
@@ -87,7 +88,7 @@ func do(t *testing.T, method, url, contentType, body string) reply {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	r := reply{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	r := reply{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), allow: resp.Header.Get("Allow")}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		require.NoError(t, json.Unmarshal(b, &r.body), "%s", b)
 	}
@@ -122,7 +123,11 @@ func TestSeedCodes(t *testing.T) {
 	expect(do(t, "POST", s.base+"/reservations/req-0003/release", "", ""), 200, "status", "RELEASED")
 	expect(do(t, "POST", s.base+"/reservations/req-0003/release", "", ""), 409, "status", "RELEASED")
 	expect(do(t, "POST", s.base+"/reservations/req-none/release", "", ""), 404, "status", "NOT_FOUND")
-	require.Equal(t, http.StatusMethodNotAllowed, do(t, "DELETE", s.base+"/reservations/req-0001", "", "").code)
+	wrong := do(t, "DELETE", s.base+"/reservations/req-0001", "", "")
+	expect(wrong, 405, "outcome", "METHOD_NOT_ALLOWED")
+	require.Equal(t, "GET, HEAD", wrong.allow)
+	expect(do(t, "GET", s.base+"/reserve", "", ""), 405, "outcome", "METHOD_NOT_ALLOWED")
+	expect(do(t, "POST", s.base+"/reservations", "", ""), 404, "outcome", "NO_SUCH_ROUTE")
 	st := do(t, "GET", s.base+"/status", "", "")
 	require.Equal(t, 200, st.code)
 	require.Equal(t, "hotrow", st.body["strategy"])
