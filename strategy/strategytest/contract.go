@@ -27,9 +27,9 @@ type tester interface {
 	Skip(args ...any)
 }
 
-// runDeploymentContract runs checkConfig, checkExpiryTiming and
-// checkSession on deployments of their own (kit SKUs, beside the trial's),
-// each failure a failed check of the contract.
+// runDeploymentContract runs checkConfig, checkExpiryTiming,
+// checkConfirmTiming and checkSession on deployments of their own (kit
+// SKUs, beside the trial's), each failure a failed check of the contract.
 func runDeploymentContract(ctx context.Context, t *trial) error {
 	rs := t.env.Resources.Addrs()
 	parts := []struct {
@@ -40,6 +40,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }},
+		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
+			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
 	}

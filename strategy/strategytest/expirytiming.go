@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,31 +42,41 @@ const clockSlack = 100 * time.Millisecond
 //
 // Neither judgement depends on how fast the machine is: a slow one only
 // moves which TTLs fall on either side of now().
-func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+// holdLadder opens a deployment of its own and holds one reservation per
+// TTL of expiryLadder on node 0, all at once. It returns the deployment
+// (the caller closes it) and the keys, in ladder order.
+func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string) (strategy.Deployment, []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sku := kitSKU("due")
+	sku := kitSKU(prefix)
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: len(expiryLadder)}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
-	expirer, ok := dep.Node(0).(strategy.Expirer)
-	if !ok {
-		t.Skip("no expiry job (strategy.Expirer)")
 	}
 	keys := make([]string, len(expiryLadder))
 	held := make([]strategy.Result, len(expiryLadder))
 	errs := make([]error, len(expiryLadder))
 	Together(len(expiryLadder), func(i int) {
-		keys[i] = fmt.Sprintf("kit-due-%02d-%s", i, sku)
-		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-due-%02d", i), SKU: sku, TTL: expiryLadder[i]})
+		keys[i] = fmt.Sprintf("kit-%s-%02d-%s", prefix, i, sku)
+		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-%s-%02d", prefix, i), SKU: sku, TTL: expiryLadder[i]})
 	})
 	for i := range keys {
 		if errs[i] != nil || held[i].Outcome != strategy.OutcomeHeld {
+			dep.Close()
 			t.Fatalf("Reserve with TTL %s: %+v, %v; want HELD", expiryLadder[i], held[i], errs[i])
 		}
+	}
+	return dep, keys
+}
+
+func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep, keys := holdLadder(ctx, t, meta, db, rs, "due")
+	defer dep.Close()
+	expirer, ok := dep.Node(0).(strategy.Expirer)
+	if !ok {
+		t.Skip("no expiry job (strategy.Expirer)")
 	}
 	began := time.Now()
 	units, err := expirer.ExpireDue(ctx)
@@ -93,12 +104,65 @@ func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		}
 	}
 	if len(early) > 0 {
-		t.Errorf("ExpireDue expired %d reservations before their expires_at (it returned %s after it was called): %v", len(early), returned.Sub(began).Round(time.Millisecond), early)
+		t.Errorf("ExpireDue expired %d reservations before their expires_at (it returned %s after it was called): %s", len(early), returned.Sub(began).Round(time.Millisecond), strings.Join(early, "; "))
 	}
 	if len(late) > 0 {
-		t.Errorf("ExpireDue left %d due reservations HELD: %v", len(late), late)
+		t.Errorf("ExpireDue left %d due reservations HELD: %s", len(late), strings.Join(late, "; "))
 	}
 	if units != expired {
 		t.Errorf("ExpireDue reported %d units; it moved %d reservations to EXPIRED", units, expired)
+	}
+}
+
+// checkConfirmTiming: ConfirmBeforeExpiry confirms a HELD reservation
+// exactly while its expires_at has not passed. The other scenarios confirm
+// reservations minutes ahead or made due just into the past, so a confirm
+// that compares with now() plus a margin passes them (one minus a margin
+// is ctl-confirm-late's mistake, which confirm-vs-expire catches). Here
+// each reservation of the ladder is confirmed once, shortest TTL first,
+// and each call is judged on its own: one whose expires_at was still ahead
+// when the call returned must move, one whose expires_at had passed before
+// it began must not.
+func checkConfirmTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep, keys := holdLadder(ctx, t, meta, db, rs, "cnf")
+	defer dep.Close()
+	confirmer, ok := dep.Node(0).(strategy.Confirmer)
+	if !ok {
+		t.Skip("no Confirm (strategy.Confirmer)")
+	}
+	var refused, late []string
+	for i, k := range keys {
+		before, err := dep.Node(0).Lookup(ctx, k)
+		if err != nil {
+			t.Fatalf("Lookup %s: %v", k, err)
+		}
+		began := time.Now()
+		moved, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
+		returned := time.Now()
+		if err != nil {
+			t.Fatalf("Confirm (TTL %s): %v", expiryLadder[i], err)
+		}
+		switch {
+		case !moved && before.ExpiresAt.Sub(returned) > clockSlack:
+			refused = append(refused, fmt.Sprintf("TTL %s: expires_at was %s ahead", expiryLadder[i], before.ExpiresAt.Sub(returned).Round(time.Millisecond)))
+		case moved && began.Sub(before.ExpiresAt) > clockSlack:
+			late = append(late, fmt.Sprintf("TTL %s: expires_at had passed %s before", expiryLadder[i], began.Sub(before.ExpiresAt).Round(time.Millisecond)))
+		}
+		want := strategy.StatusHeld
+		if moved {
+			want = strategy.StatusConfirmed
+		}
+		if after, err := dep.Node(0).Lookup(ctx, k); err != nil || after.Status != want {
+			t.Errorf("TTL %s: Confirm said moved=%v, then Lookup says %s, %v; want %s", expiryLadder[i], moved, after.Status, err, want)
+		}
+	}
+	if len(refused) > 0 {
+		t.Errorf("ConfirmBeforeExpiry refused %d reservations before their expires_at: %s", len(refused), strings.Join(refused, "; "))
+	}
+	if len(late) > 0 {
+		t.Errorf("ConfirmBeforeExpiry confirmed %d reservations after their expires_at: %s", len(late), strings.Join(late, "; "))
 	}
 }

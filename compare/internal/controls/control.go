@@ -99,6 +99,9 @@ const (
 	// expireEarly: the expiry job compares expires_at with now() plus two
 	// seconds: a reservation is expired up to two seconds before its time.
 	expireEarly
+	// confirmEarly: ConfirmBeforeExpiry compares expires_at with now()
+	// plus two seconds: a payment in the last two seconds is refused.
+	confirmEarly
 )
 
 //go:embed schema.sql
@@ -470,7 +473,11 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if n.c.breaks == confirmNoStatusCheck {
 		status = ``
 	}
-	if mode == strategy.ConfirmBeforeExpiry && n.c.breaks != confirmIgnoresExpiry {
+	switch {
+	case mode != strategy.ConfirmBeforeExpiry || n.c.breaks == confirmIgnoresExpiry:
+	case n.c.breaks == confirmEarly:
+		status += ` AND expires_at >= now() + interval '2 seconds'`
+	default:
 		status += ` AND expires_at >= now()`
 	}
 	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE request_key = $1 AND sku = ANY($2) `+status), key, n.c.skus)

@@ -180,6 +180,9 @@ var specs = []spec{
 	{name: "ctl-expire-early", cs: "new", b: expireEarly, claims: claimsOfA,
 		breaks: "the expiry job compares expires_at with now() + 2 s: a reservation can expire two seconds before its time",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-confirm-early", cs: "C28-08", b: confirmEarly, claims: claimsOfA,
+		breaks: "ConfirmBeforeExpiry compares expires_at with now() + 2 s: a payment in a reservation's last two seconds is refused",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the
