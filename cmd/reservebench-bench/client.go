@@ -52,11 +52,11 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 	for _, c := range cats {
 		w(" %s |", c)
 	}
-	w(" inside pgx (cum.) | inside the strategy (cum.) |\n|---|---:|---:|---:|---:|")
+	w(" inside pgx (cum.) | inside the strategy (cum.) | %s | %s |\n|---|---:|---:|---:|---:|", mechPgxTimer, mechIdleSearch)
 	for range cats {
 		w("---:|")
 	}
-	w("---:|---:|\n")
+	w("---:|---:|---:|---:|\n")
 	for _, name := range r.strategies() {
 		for _, c := range r.Config.ProfileClients {
 			s := ix.find(expProfile, name, bench.ToolGo, "", c, "")
@@ -68,7 +68,7 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 			for _, cat := range cats {
 				w(" %s |", pct(p.Categories, cat))
 			}
-			w(" %s | %s |\n", pct(p.Inside, catPgx), pct(p.Inside, catStrategy))
+			w(" %s | %s | %s | %s |\n", pct(p.Inside, catPgx), pct(p.Inside, catStrategy), pct(p.Inside, mechPgxTimer), pct(p.Inside, mechIdleSearch))
 		}
 	}
 	w("\n")

@@ -21,8 +21,9 @@ type clientProfile struct {
 	// ordered by share; they add up to 1.
 	Categories []share `json:"categories"`
 	// Inside are the shares of CPU time spent under (cumulative) the
-	// layers of the client: pgx, the strategy's own code, the load
-	// generator. They overlap (the strategy calls pgx).
+	// layers of the client (pgx, the strategy's own code, the load
+	// generator) and two mechanisms (mechPgxTimer, mechIdleSearch). They
+	// overlap (the strategy calls pgx).
 	Inside []share `json:"inside"`
 	// Top are the functions with the most flat time.
 	Top []share `json:"top"`
@@ -43,6 +44,18 @@ const (
 	catStrategy  = "the strategy's Go code"
 	catGenerator = "load generator and measurement (bench, HdrHistogram)"
 	catOther     = "standard library (time, sync, strconv, ...)"
+)
+
+// Two mechanisms the profiles of every strategy show under the client,
+// measured cumulatively beside the layers: pgconn arms a 15 ms timer
+// around every flush (its guard against a write/read deadlock), and
+// arming a timer wakes Go's netpoller (a futex wake, then an epoll_wait);
+// and a P that ran out of goroutines searches for work (findRunnable:
+// stealing, netpoll, then sleeping on a futex) before its thread parks,
+// once per answer a client goroutine waits for.
+const (
+	mechPgxTimer   = "pgx's write-deadlock timer, armed per flush (cum.)"
+	mechIdleSearch = "the scheduler looking for work (cum.)"
 )
 
 const module = "github.com/reservebench/reservebench/"
@@ -83,7 +96,7 @@ func summarizeProfile(data []byte, strategy string) (*clientProfile, error) {
 		flat[categorize(frames)] += v
 		seen := map[string]bool{}
 		for _, f := range frames {
-			for _, layer := range []string{catPgx, catStrategy, catGenerator} {
+			for _, layer := range []string{catPgx, catStrategy, catGenerator, mechPgxTimer, mechIdleSearch} {
 				if !seen[layer] && inLayer(layer, f) {
 					seen[layer] = true
 					inside[layer] += v
@@ -140,6 +153,10 @@ func inLayer(layer, f string) bool {
 		return strings.HasPrefix(f, module+"bench.") || strings.HasPrefix(f, "github.com/HdrHistogram/")
 	case catStrategy:
 		return strings.HasPrefix(f, module) && !strings.HasPrefix(f, module+"bench.") && !strings.HasPrefix(f, module+"cmd/")
+	case mechPgxTimer:
+		return strings.HasSuffix(f, "pgconn.(*PgConn).enterPotentialWriteReadDeadlock") || strings.HasSuffix(f, "pgconn.(*PgConn).exitPotentialWriteReadDeadlock")
+	case mechIdleSearch:
+		return f == "runtime.findRunnable"
 	}
 	return false
 }
