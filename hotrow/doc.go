@@ -119,8 +119,10 @@
 //     120 requests fail, 74 to 104 in our runs). Options.Isolation selects
 //     those levels, and the whole transaction is then retried up to
 //     Options.MaxRetries times with a jittered pause; with retries the counts are exact again (HELD 40,
-//     SOLD_OUT 80) and Deployment.Retries reports the cost. A Session never
-//     retries: its caller owns the transaction.
+//     SOLD_OUT 80) and Deployment.Retries reports the cost. A Reserve that
+//     lost on every attempt answers BUSY, nothing written
+//     (TestRetriesSpentIsBusy). A Session never retries: its caller owns
+//     the transaction.
 //
 // # Deployments and errors
 //
