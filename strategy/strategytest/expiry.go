@@ -510,6 +510,18 @@ func (t *trial) releaseConfirmed(ctx context.Context, key string) error {
 	st := durable[key].Status
 	t.check(strategy.ReturnOnce, "a confirmed reservation cannot be released", units == 0 && back == 0 && st == strategy.StatusConfirmed,
 		fmt.Sprintf("Release of a CONFIRMED reservation reported %d units, the stock rose by %d, status %s", units, back, st), key)
+	// A CONFIRMED reservation is active: its user is refused the SKU under
+	// a new key (an index on status = 'HELD' alone lets a paying user
+	// take a second unit).
+	var n int // holdMany's key req-NNNN belongs to user-NNNN
+	if _, err := fmt.Sscanf(t.plain(key), "req-%d", &n); err != nil {
+		return fmt.Errorf("releaseConfirmed: %s is not a key of holdMany", t.plain(key))
+	}
+	second := t.reserveDefinite(ctx, "c", 1, strategy.Request{
+		Key: t.key(fmt.Sprintf("req-paid-%04d", n)), User: t.user(fmt.Sprintf("user-%04d", n)), SKU: t.sku(t.in.Stock[0].SKU), TTL: strategy.TTLForever,
+	})
+	t.check(strategy.OneActivePerUser, "a user whose reservation was confirmed is refused the SKU under a new key", second.Outcome == strategy.OutcomeUserLimit,
+		fmt.Sprintf("%s answered %s %s", t.plain(second.Req.Key), second.Outcome, second.Err), second.Req.Key)
 	return nil
 }
 

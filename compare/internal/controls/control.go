@@ -86,6 +86,10 @@ const (
 	// ('HELD','CONFIRMED'): a released or expired reservation still
 	// refuses its user the SKU.
 	limitCountsEnded
+	// limitHeldOnly: the one-active index has WHERE status = 'HELD': a
+	// user whose reservation was confirmed (paid) may reserve the SKU
+	// again.
+	limitHeldOnly
 	// releaseConfirmed: Release moves HELD or CONFIRMED rows: a late
 	// cancel gives back a unit that was paid for.
 	releaseConfirmed

@@ -48,6 +48,8 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (user_id) WHERE status IN ('HELD','CONFIRMED')`
 	case limitCountsEnded:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id)`
+	case limitHeldOnly:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status = 'HELD'`
 	}
 	if oneActive != "" {
 		if _, err := tx.Exec(ctx, tb.q(oneActive)); err != nil {
