@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -220,6 +221,11 @@ func runExpiryReplay(ctx context.Context, t *trial) error {
 		}
 		t.check(strategy.ReturnOnce, "a reservation that is not due stays HELD", notDue[strategy.StatusHeld] == len(keys)-len(due),
 			fmt.Sprintf("statuses of the %d not due: %v", len(keys)-len(due), notDue))
+	}
+	if _, ok := t.node(1).(strategy.Releaser); ok && len(due) > 0 {
+		if err := t.releaseMovesNothing(ctx, due[0], strategy.StatusExpired); err != nil {
+			return err
+		}
 	}
 	if in.ThenRequests == 0 { // with then_requests, they are the ones to take the units back
 		if err := t.reserveAgain(ctx, due, strategy.StatusExpired); err != nil {
@@ -489,6 +495,30 @@ func (t *trial) releaseConfirmed(ctx context.Context, key string) error {
 	if err != nil || !moved {
 		return fmt.Errorf("confirm %s before releasing it: moved %v, %v", t.plain(key), moved, err)
 	}
+	if err := t.releaseMovesNothing(ctx, key, strategy.StatusConfirmed); err != nil {
+		return err
+	}
+	// A CONFIRMED reservation is active: its user is refused the SKU under
+	// a new key (an index on status = 'HELD' alone lets a paying user
+	// take a second unit).
+	var n int // holdMany's key req-NNNN belongs to user-NNNN
+	if _, err := fmt.Sscanf(t.plain(key), "req-%d", &n); err != nil {
+		return fmt.Errorf("releaseConfirmed: %s is not a key of holdMany", t.plain(key))
+	}
+	second := t.reserveDefinite(ctx, "c", 1, strategy.Request{
+		Key: t.key(fmt.Sprintf("req-paid-%04d", n)), User: t.user(fmt.Sprintf("user-%04d", n)), SKU: t.sku(t.in.Stock[0].SKU), TTL: strategy.TTLForever,
+	})
+	t.check(strategy.OneActivePerUser, "a user whose reservation was confirmed is refused the SKU under a new key", second.Outcome == strategy.OutcomeUserLimit,
+		fmt.Sprintf("%s answered %s %s", t.plain(second.Req.Key), second.Outcome, second.Err), second.Req.Key)
+	return nil
+}
+
+// releaseMovesNothing releases key, whose reservation has ended in status
+// ended (CONFIRMED, EXPIRED): the release must move nothing and return no
+// unit. A paid reservation is not given back by a late cancel, and an
+// expired one already gave its unit back; a Release whose WHERE takes more
+// than HELD passes every other scenario.
+func (t *trial) releaseMovesNothing(ctx context.Context, key string, ended strategy.Status) error {
 	var units int
 	back, err := t.returned(ctx, func() {
 		rel := Op{Process: "c", Kind: "release", Node: 1 % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
@@ -508,21 +538,17 @@ func (t *trial) releaseConfirmed(ctx context.Context, key string) error {
 		return err
 	}
 	st := durable[key].Status
-	t.check(strategy.ReturnOnce, "a confirmed reservation cannot be released", units == 0 && back == 0 && st == strategy.StatusConfirmed,
-		fmt.Sprintf("Release of a CONFIRMED reservation reported %d units, the stock rose by %d, status %s", units, back, st), key)
-	// A CONFIRMED reservation is active: its user is refused the SKU under
-	// a new key (an index on status = 'HELD' alone lets a paying user
-	// take a second unit).
-	var n int // holdMany's key req-NNNN belongs to user-NNNN
-	if _, err := fmt.Sscanf(t.plain(key), "req-%d", &n); err != nil {
-		return fmt.Errorf("releaseConfirmed: %s is not a key of holdMany", t.plain(key))
-	}
-	second := t.reserveDefinite(ctx, "c", 1, strategy.Request{
-		Key: t.key(fmt.Sprintf("req-paid-%04d", n)), User: t.user(fmt.Sprintf("user-%04d", n)), SKU: t.sku(t.in.Stock[0].SKU), TTL: strategy.TTLForever,
-	})
-	t.check(strategy.OneActivePerUser, "a user whose reservation was confirmed is refused the SKU under a new key", second.Outcome == strategy.OutcomeUserLimit,
-		fmt.Sprintf("%s answered %s %s", t.plain(second.Req.Key), second.Outcome, second.Err), second.Req.Key)
+	t.check(strategy.ReturnOnce, fmt.Sprintf("a%s %s reservation cannot be released", article(ended), strings.ToLower(string(ended))), units == 0 && back == 0 && st == ended,
+		fmt.Sprintf("Release of a%s %s reservation reported %d units, the stock rose by %d, status %s", article(ended), ended, units, back, st), key)
 	return nil
+}
+
+// article is "n" before a status that starts with a vowel.
+func article(s strategy.Status) string {
+	if strings.ContainsAny(string(s)[:1], "AEIOU") {
+		return "n"
+	}
+	return ""
 }
 
 // reserveAgain has the holders of keys (made by holdMany, now in status

@@ -93,6 +93,9 @@ const (
 	// releaseConfirmed: Release moves HELD or CONFIRMED rows: a late
 	// cancel gives back a unit that was paid for.
 	releaseConfirmed
+	// releaseExpired: Release moves HELD or EXPIRED rows: a cancel after
+	// the expiry job gives the unit back a second time.
+	releaseExpired
 	// openReloadsStock: Open loads stock with ON CONFLICT DO UPDATE: a
 	// second Open of a SKU resets its stock instead of failing with
 	// ErrStockExists.
@@ -498,6 +501,8 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		status = ``
 	case releaseConfirmed:
 		status = `AND status IN ('HELD', 'CONFIRMED')`
+	case releaseExpired:
+		status = `AND status IN ('HELD', 'EXPIRED')`
 	}
 	back := `UPDATE {stock} s SET available = s.available + 1 FROM moved WHERE s.sku = moved.sku RETURNING 1`
 	if n.c.breaks == releaseKeepsUnit {
