@@ -173,6 +173,11 @@ type Phase struct {
 	Name     string         `json:"name"`
 	Requests []RequestGroup `json:"requests,omitempty"`
 	Restart  []int          `json:"restart,omitempty"`
+	// Confirm, in a restart phase, first confirms that many of the
+	// reservations each restarted node held in the phases before: a
+	// confirmed reservation still holds its unit, so a node that rebuilds
+	// its stock from the HELD rows alone sells it again.
+	Confirm int `json:"confirm,omitempty"`
 	// Repeat runs the phase that many times in a row, each round with keys
 	// and users of its own (suffixed -r0, -r1, ...): many small races, each
 	// started on its own, instead of one large one. 0 means 1.
@@ -427,6 +432,9 @@ func (in *Scenario) Validate() error {
 				if n < 0 || n >= in.Nodes {
 					return bad("phase %q: restart node %d out of range", p.Name, n)
 				}
+			}
+			if p.Confirm < 0 || p.Confirm > 0 && len(p.Restart) == 0 {
+				return bad("phase %q: confirm must be positive and comes with restart", p.Name)
 			}
 		}
 	case KindExpiryReplay:

@@ -15,12 +15,16 @@ import (
 // "busy, try again" does (reserveDefinite): the counts are of each
 // request's final answer.
 func runRequests(ctx context.Context, t *trial) error {
+	heldOn := map[int][]string{} // node -> keys it answered HELD, in order
 	for pi, ph := range t.in.Phases {
 		label := ph.Name
 		if label == "" {
 			label = fmt.Sprintf("phase %d", pi+1)
 		}
 		if len(ph.Restart) > 0 {
+			if err := t.confirmHeld(ctx, ph, heldOn); err != nil {
+				return err
+			}
 			for _, n := range ph.Restart {
 				if err := t.dep.(strategy.Restarter).Restart(ctx, n); err != nil {
 					return fmt.Errorf("restart node %d: %w", n, err)
@@ -54,6 +58,12 @@ func runRequests(ctx context.Context, t *trial) error {
 				return err
 			}
 			sent += len(ops)
+			for i, op := range ops {
+				if op.Type != OpInfo && op.Outcome == strategy.OutcomeHeld {
+					n := jobs[i].node % t.cfg.NodeCount()
+					heldOn[n] = append(heldOn[n], op.Req.Key)
+				}
+			}
 			roundSoldOut := map[string]int{}
 			for _, op := range ops {
 				if op.Type == OpInfo {
@@ -157,6 +167,33 @@ type job struct {
 
 // phaseJobs builds the requests of one round of a phase. Keys and users
 // get the round's suffix, and a group's copies their own (-g0, -g1, ...).
+// confirmHeld confirms, before a restart phase, the first ph.Confirm
+// reservations each restarted node held (when the strategy confirms at
+// all); a fact says how many moved.
+func (t *trial) confirmHeld(ctx context.Context, ph Phase, heldOn map[int][]string) error {
+	if ph.Confirm == 0 {
+		return nil
+	}
+	if _, ok := t.node(0).(strategy.Confirmer); !ok {
+		return nil
+	}
+	for _, n := range ph.Restart {
+		keys := heldOn[n][:min(ph.Confirm, len(heldOn[n]))]
+		moved := 0
+		for _, k := range keys {
+			ok, err := t.confirm(ctx, "confirm", n, k, strategy.ConfirmUntilExpired)
+			if err != nil {
+				return fmt.Errorf("confirm %s before the restart: %w", t.plain(k), err)
+			}
+			if ok {
+				moved++
+			}
+		}
+		t.fact(fmt.Sprintf("confirmed on node %d before its restart", n), "%d of %d", moved, len(keys))
+	}
+	return nil
+}
+
 func (t *trial) phaseJobs(pi int, ph Phase, roundSuffix string) []job {
 	var jobs []job
 	for gi, g := range ph.Requests {
