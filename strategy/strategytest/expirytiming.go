@@ -25,23 +25,6 @@ var expiryLadder = []time.Duration{
 // (PostgreSQL's now(), Go's time.Now), read microseconds apart.
 const clockSlack = 100 * time.Millisecond
 
-// checkExpiryTiming: ExpireDue moves exactly the HELD reservations whose
-// expires_at had passed when it ran. Every other expiry scenario makes
-// reservations due with Ager.MakeDue (just into the past) beside
-// reservations a minute to hours ahead, so an expiry job that compares
-// expires_at with now() plus a margin of a few seconds to a minute passes
-// them all. Here reservations with TTLs from 250 ms to an hour are held at
-// once and the job runs once, right after:
-//
-//   - one it expired whose expires_at was still ahead when it returned
-//     (later than the moment the call returned, plus clockSlack) was
-//     expired early;
-//   - one still HELD whose expires_at had passed before the call began
-//     (by more than clockSlack) was left behind;
-//   - the units it reports are the reservations it moved.
-//
-// Neither judgement depends on how fast the machine is: a slow one only
-// moves which TTLs fall on either side of now().
 // holdLadder opens a deployment of its own and holds one reservation per
 // TTL of expiryLadder on node 0, all at once. It returns the deployment
 // (the caller closes it) and the keys, in ladder order.
@@ -68,6 +51,23 @@ func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	return dep, keys
 }
 
+// checkExpiryTiming: ExpireDue moves exactly the HELD reservations whose
+// expires_at had passed when it ran. Every other expiry scenario makes
+// reservations due with Ager.MakeDue (just into the past) beside
+// reservations a minute to hours ahead, so an expiry job that compares
+// expires_at with now() plus a margin of a few seconds to a minute passes
+// them all. Here reservations with TTLs from 250 ms to an hour are held at
+// once and the job runs once, right after:
+//
+//   - one it expired whose expires_at was still ahead when it returned
+//     (later than the moment the call returned, plus clockSlack) was
+//     expired early;
+//   - one still HELD whose expires_at had passed before the call began
+//     (by more than clockSlack) was left behind;
+//   - the units it reports are the reservations it moved.
+//
+// Neither judgement depends on how fast the machine is: a slow one only
+// moves which TTLs fall on either side of now().
 func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
