@@ -39,7 +39,7 @@ type Options struct {
 	Short bool
 	// ShortScenarios run at their -short size whatever Short says (the
 	// negative controls' storm: a broken decrement sells 1,000 of 1,000
-	// requests as surely as 10,000 of 10,000, in a tenth of the time).
+	// requests as surely as 2,000 of 2,000, in half the time).
 	ShortScenarios []string
 	// Parallel is how many cells run at once, heaviest first (default 1;
 	// the paced scenarios have slots of their own, slots.go).

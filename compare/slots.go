@@ -139,7 +139,7 @@ const strategyWeight = 1 << 40
 
 // weight estimates a scenario's work: the requests it sends over all its
 // trials (a gated round costs about as much again in probes), so that
-// storm (10,000 requests) starts before a scenario of a few sessions.
+// storm (2,000 requests) starts before a scenario of a few sessions.
 func weight(in *strategytest.Scenario) int {
 	n := in.Requests + in.Held + in.ThenRequests + in.Workers
 	for _, ph := range in.Phases {

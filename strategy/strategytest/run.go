@@ -295,7 +295,7 @@ type trial struct {
 	// settled is what a runner looked up as its last act, once every call
 	// of the trial had returned: checkDurable, which runs next, reads those
 	// keys from it instead of asking the strategy again (storm would look
-	// up its 10,000 keys twice).
+	// up its 2,000 keys twice).
 	settled map[string]strategy.Reservation
 
 	// aborted counts transitions PostgreSQL aborted to resolve a conflict
