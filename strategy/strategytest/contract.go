@@ -28,8 +28,9 @@ type tester interface {
 }
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
-// checkConfirmTiming and checkSession on deployments of their own (kit
-// SKUs, beside the trial's), each failure a failed check of the contract.
+// checkConfirmTiming, checkSession and checkUnitsPerSKU on deployments of
+// their own (kit SKUs, beside the trial's), each failure a failed check of
+// the contract.
 func runDeploymentContract(ctx context.Context, t *trial) error {
 	rs := t.env.Resources.Addrs()
 	parts := []struct {
@@ -44,6 +45,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
+		{"each released or expired unit goes back to the SKU it was sold from, and sells there again",
+			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }},
 	}
 	for _, p := range parts {
 		r := runRecorded(p.run)

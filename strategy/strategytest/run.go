@@ -613,11 +613,20 @@ func (t *trial) checkDurable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var over, drift, unaccounted []string
+	var over, drift, unaccounted, misreported []string
 	for _, s := range t.cfg.Stock {
 		a := audit[s.SKU]
-		if a.Oversold() > 0 {
+		// The bound is the configured stock as well as the audit's total:
+		// an audit reads the total from where the strategy stored it, so a
+		// stock loaded wrong (41 for 40) would vouch for its own oversell.
+		switch {
+		case a.Oversold() > 0:
 			over = append(over, fmt.Sprintf("%s: %d active > %d total", t.plain(s.SKU), a.Active, a.Total))
+		case activeBySKU[s.SKU] > s.Total:
+			over = append(over, fmt.Sprintf("%s: the history's keys hold %d active of the %d units configured", t.plain(s.SKU), activeBySKU[s.SKU], s.Total))
+		}
+		if a.Total != s.Total {
+			misreported = append(misreported, fmt.Sprintf("%s: audit total %d, configured %d", t.plain(s.SKU), a.Total, s.Total))
 		}
 		if a.Drift() != 0 {
 			drift = append(drift, fmt.Sprintf("%s: total %d - available %d - active %d = drift %d", t.plain(s.SKU), a.Total, a.Available, a.Active, a.Drift()))
@@ -629,6 +638,7 @@ func (t *trial) checkDurable(ctx context.Context) error {
 	t.check(t.auditClaim(strategy.NoOversell), "active reservations never exceed the stock", len(over) == 0, strings.Join(over, "; "))
 	t.check(t.auditClaim(strategy.Conserves), "total - available == active (drift 0)", len(drift) == 0, strings.Join(drift, "; "))
 	t.check(Base, "every active reservation in the audit comes from the history", len(unaccounted) == 0, strings.Join(unaccounted, "; "))
+	t.check(Base, "the audit's total is the configured stock", len(misreported) == 0, strings.Join(misreported, "; "))
 	return nil
 }
 

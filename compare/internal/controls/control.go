@@ -109,6 +109,12 @@ const (
 	// confirmEarly: ConfirmBeforeExpiry compares expires_at with now()
 	// plus two seconds: a payment in the last two seconds is refused.
 	confirmEarly
+	// stockOffByOne: Open loads a stock of n as n+1 units, total and
+	// available both, so the audit, reading the same row, agrees with it.
+	stockOffByOne
+	// releaseEverySKU: Release gives the unit back to every SKU of the
+	// deployment (sku = ANY of its SKUs) instead of the released row's.
+	releaseEverySKU
 )
 
 //go:embed schema.sql
@@ -164,7 +170,11 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 			if s.b == openReloadsStock {
 				insert = `INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT (sku) DO UPDATE SET total = EXCLUDED.total, available = EXCLUDED.available`
 			}
-			tag, err := tx.Exec(ctx, tb.q(insert), st.SKU, st.Total)
+			total := st.Total
+			if s.b == stockOffByOne {
+				total++
+			}
+			tag, err := tx.Exec(ctx, tb.q(insert), st.SKU, total)
 			if err != nil {
 				return err
 			}
@@ -505,8 +515,11 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		status = `AND status IN ('HELD', 'EXPIRED')`
 	}
 	back := `UPDATE {stock} s SET available = s.available + 1 FROM moved WHERE s.sku = moved.sku RETURNING 1`
-	if n.c.breaks == releaseKeepsUnit {
+	switch n.c.breaks {
+	case releaseKeepsUnit:
 		back = `SELECT 1 FROM moved`
+	case releaseEverySKU:
+		back = `UPDATE {stock} s SET available = s.available + 1 WHERE s.sku = ANY($2) AND EXISTS (SELECT 1 FROM moved) RETURNING 1`
 	}
 	var units int
 	err := n.c.db.QueryRow(ctx, n.c.t.q(`

@@ -189,6 +189,12 @@ var specs = []spec{
 	{name: "ctl-confirm-early", cs: "C28-08", b: confirmEarly, claims: claimsOfA,
 		breaks: "ConfirmBeforeExpiry compares expires_at with now() + 2 s: a payment in a reservation's last two seconds is refused",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-stock-off-by-one", cs: "new", b: stockOffByOne, claims: claimsOfA,
+		breaks: "Open loads a stock of n as n + 1 units, in total and available alike: the audit reads the same row and agrees",
+		expect: join(expect("sell-out", strategy.NoOversell), expect("deployment-contract", contract))},
+	{name: "ctl-release-every-sku", cs: "new", b: releaseEverySKU, claims: claimsOfA,
+		breaks: "Release gives the unit back to every SKU of the deployment (sku = ANY of its SKUs), not to the released row's",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the

@@ -1,0 +1,175 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// perSKUStock is the stock checkUnitsPerSKU deploys: three SKUs of
+// different sizes, so a unit that lands on the wrong one shows in both.
+var perSKUStock = []struct {
+	suffix string
+	total  int
+	// release, expire and confirm are how many of the SKU's reservations
+	// each transition moves; each SKU gets a different mix.
+	release, expire, confirm int
+}{
+	{"-a", 3, 1, 0, 0},
+	{"-b", 4, 0, 2, 1},
+	{"-c", 5, 1, 1, 1},
+}
+
+// busyTries bounds how often a contract check sends a BUSY request again:
+// nothing else runs on its SKUs, so a BUSY there is rare and short.
+const busyTries = 20
+
+// checkUnitsPerSKU: every transition gives its unit back to the SKU it was
+// sold from. Every scenario that releases or expires reservations runs on
+// one SKU, where a unit given back to the wrong SKU of the deployment, or
+// to all of them (sku = ANY of the deployment's SKUs where the moved row's
+// SKU was meant), lands on the one SKU there is. Here a deployment of three
+// SKUs on two nodes sells every unit of each; then each SKU has some of its
+// reservations released, some made due and expired, some confirmed, as far
+// as the strategy has those transitions, each SKU a different mix. Per SKU,
+// the audit must then count exactly the units freed as available, and
+// asking every node for more must sell exactly those units again.
+func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const nodes = 2
+	base := kitSKU("per")
+	var stock []strategy.Stock
+	for _, s := range perSKUStock {
+		stock = append(stock, strategy.Stock{SKU: base + s.suffix, Total: s.total})
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: nodes, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	releaser, canRelease := node.(strategy.Releaser)
+	expirer, canExpire := node.(strategy.Expirer)
+	ager, canAge := dep.(strategy.Ager)
+	canExpire = canExpire && canAge
+	confirmer, canConfirm := node.(strategy.Confirmer)
+	if !canRelease && !canExpire {
+		t.Skip("no Release and no expiry job with MakeDue: no transition gives a unit back")
+	}
+
+	seq := 0
+	// sell asks each node in turn for units of sku, one request at a time,
+	// each from a new user, until it answers SOLD_OUT (a node may sell only
+	// its share), and returns the keys it HELD.
+	sell := func(sku string, bound int) []string {
+		t.Helper()
+		var held []string
+		for i := 0; i < nodes; i++ {
+			for j := 0; j <= bound; j++ {
+				seq++
+				req := strategy.Request{Key: fmt.Sprintf("kit-per-%03d-%s", seq, sku), User: fmt.Sprintf("kit-per-user-%03d", seq), SKU: sku, TTL: time.Hour}
+				res, err := reserveUnlessBusy(ctx, dep.Node(i), req)
+				if err != nil {
+					t.Fatalf("Reserve on node %d: %v", i, err)
+				}
+				if res.Outcome == strategy.OutcomeSoldOut {
+					break
+				}
+				if res.Outcome != strategy.OutcomeHeld {
+					t.Fatalf("Reserve %s on node %d: %s; want HELD or SOLD_OUT (nothing else runs on this SKU)", req.Key, i, res.Outcome)
+				}
+				held = append(held, req.Key)
+			}
+		}
+		return held
+	}
+
+	// Every SKU sells out before any unit comes back, so a unit given back
+	// to the wrong SKU is a unit that SKU never lost.
+	held := make([][]string, len(perSKUStock))
+	for i, s := range perSKUStock {
+		if held[i] = sell(stock[i].SKU, s.total); len(held[i]) != s.total {
+			t.Fatalf("%s: %d of its %d units sold to requests on every node; want all", s.suffix, len(held[i]), s.total)
+		}
+	}
+	freed := map[string]int{}
+	var due []string
+	for i, s := range perSKUStock {
+		sku, held := stock[i].SKU, held[i]
+		next := 0
+		take := func(n int) []string { ks := held[next : next+n]; next += n; return ks }
+		if canRelease {
+			for _, k := range take(s.release) {
+				units, err := releaser.Release(ctx, k)
+				if err != nil || units != 1 {
+					t.Fatalf("Release of a HELD reservation of %s: %d units, %v; want 1", s.suffix, units, err)
+				}
+				freed[sku]++
+			}
+		}
+		if canExpire {
+			ks := take(s.expire)
+			due = append(due, ks...)
+			freed[sku] += len(ks)
+		}
+		if canConfirm {
+			for _, k := range take(s.confirm) {
+				if moved, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); err != nil || !moved {
+					t.Fatalf("Confirm of a HELD reservation of %s: %v, %v; want moved", s.suffix, moved, err)
+				}
+			}
+		}
+	}
+	if len(due) > 0 {
+		if n, err := ager.MakeDue(ctx, due); err != nil || n != len(due) {
+			t.Fatalf("MakeDue of %d HELD reservations: %d, %v", len(due), n, err)
+		}
+		units, err := expirer.ExpireDue(ctx)
+		if err != nil {
+			t.Fatalf("ExpireDue: %v", err)
+		}
+		if units != len(due) {
+			t.Errorf("ExpireDue gave back %d units; %d reservations were due", units, len(due))
+		}
+	}
+
+	audit, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	bySKU := map[string]strategy.StockAudit{}
+	for _, a := range audit {
+		bySKU[a.SKU] = a
+	}
+	for i, s := range perSKUStock {
+		sku := stock[i].SKU
+		want := strategy.StockAudit{SKU: sku, Total: s.total, Available: freed[sku], Active: s.total - freed[sku]}
+		if got := bySKU[sku]; got.Total != want.Total || got.Available != want.Available || got.Active != want.Active {
+			t.Errorf("%s after its transitions: audit total %d, available %d, active %d; want %d, %d, %d (each unit back on the SKU it was sold from)",
+				s.suffix, got.Total, got.Available, got.Active, want.Total, want.Available, want.Active)
+		}
+	}
+	for i, s := range perSKUStock {
+		sku := stock[i].SKU
+		if again := sell(sku, s.total); len(again) != freed[sku] {
+			t.Errorf("%s: %d units sold again after its transitions freed %d", s.suffix, len(again), freed[sku])
+		}
+	}
+}
+
+// reserveUnlessBusy sends req until the answer is not BUSY, at most
+// busyTries times.
+func reserveUnlessBusy(ctx context.Context, s strategy.Strategy, req strategy.Request) (strategy.Result, error) {
+	for try := 1; ; try++ {
+		res, err := s.Reserve(ctx, req)
+		if err != nil || res.Outcome != strategy.OutcomeBusy || try == busyTries {
+			return res, err
+		}
+	}
+}
