@@ -115,6 +115,9 @@ const (
 	// releaseEverySKU: Release gives the unit back to every SKU of the
 	// deployment (sku = ANY of its SKUs) instead of the released row's.
 	releaseEverySKU
+	// keyColumnNarrow: request_key is varchar(64), where the contract
+	// allows keys of strategy.MaxKeyLen (128) bytes.
+	keyColumnNarrow
 )
 
 //go:embed schema.sql

@@ -195,6 +195,9 @@ var specs = []spec{
 	{name: "ctl-release-every-sku", cs: "new", b: releaseEverySKU, claims: claimsOfA,
 		breaks: "Release gives the unit back to every SKU of the deployment (sku = ANY of its SKUs), not to the released row's",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-key-column-narrow", cs: "new", b: keyColumnNarrow, claims: claimsOfA,
+		breaks: "request_key is varchar(64): a valid key of 65 to 128 bytes fails to insert",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the

@@ -1,0 +1,93 @@
+package strategytest
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// oddText is valid text that a strategy must store and find as sent: SQL
+// and LIKE metacharacters, a backslash, Redis key separators and hash-tag
+// braces, whitespace, and characters outside ASCII (what a key built into a
+// statement with Sprintf, a LIKE where = was meant, or a column of the
+// wrong type or width gets wrong).
+const oddText = `'"; --%_\ {x}:*? é 中 😀`
+
+// fill pads s with '.' to exactly n bytes (s is shorter).
+func fill(s string, n int) string { return s + strings.Repeat(".", n-len(s)) }
+
+// checkOddText: every valid request is stored and found exactly as sent.
+// The scenarios send keys, users and SKUs of a few ASCII letters, digits
+// and dashes, so a strategy that builds a statement or a Redis key by
+// pasting the text in, matches it with LIKE, or stores it in a column
+// narrower than the contract's lengths passes them all. Here a deployment
+// whose SKUs are odd text, one of them MaxSKULen bytes long, takes
+// requests whose keys and users are odd text, and the longest the contract
+// allows (MaxKeyLen, MaxUserLen): each must be HELD, found by Lookup with
+// the same key, user and SKU, answered REPLAY when sent again, and
+// released when the strategy releases.
+func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := kitSKU("odd")
+	skus := []string{base + " " + oddText, fill(base+oddText, strategy.MaxSKULen)}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skus[0], Total: 3}, {SKU: skus[1], Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open with SKUs %q and %q: %v", skus[0], skus[1], err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	reqs := []strategy.Request{
+		{Key: "kit-" + oddText + " " + base, User: "kit-odd-user-1", SKU: skus[0]},
+		{Key: "kit-odd-key-2 " + base, User: "kit-" + oddText, SKU: skus[0]},
+		{Key: fill("kit-longest-"+base+oddText, strategy.MaxKeyLen), User: fill("kit-longest-"+oddText, strategy.MaxUserLen), SKU: skus[0]},
+		{Key: "kit-odd-key-4 " + base, User: "kit-odd-user-4", SKU: skus[1]},
+	}
+	releaser, canRelease := node.(strategy.Releaser)
+	active := map[string]int{}
+	for _, req := range reqs {
+		req.TTL = time.Hour
+		res, err := reserveUnlessBusy(ctx, node, req)
+		if err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Errorf("Reserve key %q, user %q, sku %q: %s, %v; want HELD", req.Key, req.User, req.SKU, res.Outcome, err)
+			continue
+		}
+		active[req.SKU]++
+		if r := res.Reservation; r.Key != req.Key || r.User != req.User || r.SKU != req.SKU {
+			t.Errorf("Reserve key %q: the answer carries key %q, user %q, sku %q; want the request's", req.Key, r.Key, r.User, r.SKU)
+		}
+		got, err := node.Lookup(ctx, req.Key)
+		if err != nil || got.Status != strategy.StatusHeld || got.Key != req.Key || got.User != req.User || got.SKU != req.SKU {
+			t.Errorf("Lookup of key %q after HELD: %+v, %v; want it HELD with the request's user %q and sku %q", req.Key, got, err, req.User, req.SKU)
+		}
+		if again, err := reserveUnlessBusy(ctx, node, req); err != nil || again.Outcome != strategy.OutcomeReplay {
+			t.Errorf("Reserve key %q again: %s, %v; want REPLAY", req.Key, again.Outcome, err)
+		}
+		if canRelease {
+			units, err := releaser.Release(ctx, req.Key)
+			if err != nil || units != 1 {
+				t.Errorf("Release of key %q: %d units, %v; want 1", req.Key, units, err)
+			} else {
+				active[req.SKU]--
+			}
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	total := map[string]int{skus[0]: 3, skus[1]: 1}
+	for _, a := range list {
+		if a.Total != total[a.SKU] || a.Active != active[a.SKU] || a.Drift() != 0 {
+			t.Errorf("Audit of sku %q: total %d, available %d, active %d; want total %d, active %d, drift 0", a.SKU, a.Total, a.Available, a.Active, total[a.SKU], active[a.SKU])
+		}
+	}
+	if len(list) != len(total) {
+		t.Errorf("Audit: %d rows; want one per SKU (%d)", len(list), len(total))
+	}
+}
