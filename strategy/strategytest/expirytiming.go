@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -27,7 +28,11 @@ const clockSlack = 100 * time.Millisecond
 
 // holdLadder opens a deployment of its own and holds one reservation per
 // TTL of expiryLadder on node 0, all at once. It returns the deployment
-// (the caller closes it) and the keys, in ladder order.
+// (the caller closes it) and the keys, in ladder order. Each reservation's
+// expires_at, in the answer and in Lookup, must be its TTL after a moment
+// inside its Reserve call (within clockSlack): every scenario asks for an
+// hour or a minute, so a TTL rounded to whole seconds or minutes, or one
+// ignored for a constant hour, shows only here.
 func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string) (strategy.Deployment, []string) {
 	t.Helper()
 	sku := kitSKU(prefix)
@@ -38,15 +43,36 @@ func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	keys := make([]string, len(expiryLadder))
 	held := make([]strategy.Result, len(expiryLadder))
 	errs := make([]error, len(expiryLadder))
+	began := make([]time.Time, len(expiryLadder))
+	returned := make([]time.Time, len(expiryLadder))
 	Together(len(expiryLadder), func(i int) {
 		keys[i] = fmt.Sprintf("kit-%s-%02d-%s", prefix, i, sku)
+		began[i] = time.Now()
 		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-%s-%02d", prefix, i), SKU: sku, TTL: expiryLadder[i]})
+		returned[i] = time.Now()
 	})
-	for i := range keys {
+	var off []string
+	for i, ttl := range expiryLadder {
 		if errs[i] != nil || held[i].Outcome != strategy.OutcomeHeld {
 			dep.Close()
-			t.Fatalf("Reserve with TTL %s: %+v, %v; want HELD", expiryLadder[i], held[i], errs[i])
+			t.Fatalf("Reserve with TTL %s: %+v, %v; want HELD", ttl, held[i], errs[i])
 		}
+		stored, err := dep.Node(0).Lookup(ctx, keys[i])
+		if err != nil {
+			dep.Close()
+			t.Fatalf("Lookup %s: %v", keys[i], err)
+		}
+		from, to := began[i].Add(ttl-clockSlack), returned[i].Add(ttl+clockSlack)
+		for where, at := range map[string]time.Time{"answer": held[i].Reservation.ExpiresAt, "Lookup": stored.ExpiresAt} {
+			if at.Before(from) || at.After(to) {
+				off = append(off, fmt.Sprintf("TTL %s: expires_at in the %s is %s after the call began (it returned after %s)",
+					ttl, where, at.Sub(began[i]).Round(time.Millisecond), returned[i].Sub(began[i]).Round(time.Millisecond)))
+			}
+		}
+	}
+	if len(off) > 0 {
+		sort.Strings(off)
+		t.Errorf("%d expires_at are not the TTL asked for after the reservation was made: %s", len(off), strings.Join(off, "; "))
 	}
 	return dep, keys
 }

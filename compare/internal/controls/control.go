@@ -118,6 +118,10 @@ const (
 	// keyColumnNarrow: request_key is varchar(64), where the contract
 	// allows keys of strategy.MaxKeyLen (128) bytes.
 	keyColumnNarrow
+	// ttlWholeSeconds: the TTL is sent as whole seconds (truncated), so a
+	// TTL under a second expires at once and every other loses its
+	// fraction.
+	ttlWholeSeconds
 )
 
 //go:embed schema.sql
@@ -414,9 +418,13 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		VALUES ($1, $2, $3, 'HELD', now() + $4::interval) RETURNING expires_at`
 	}
 	var ttl any = req.TTL
-	if c.breaks == ttlWrongUnit {
+	switch c.breaks {
+	case ttlWrongUnit:
 		insert = strings.Replace(insert, "$4::interval", "make_interval(secs => $4::bigint)", 1)
 		ttl = req.TTL.Milliseconds()
+	case ttlWholeSeconds:
+		insert = strings.Replace(insert, "$4::interval", "make_interval(secs => $4::bigint)", 1)
+		ttl = int64(req.TTL.Seconds())
 	}
 	err = sp.QueryRow(ctx, c.t.q(insert), req.Key, req.User, req.SKU, ttl).Scan(&expires)
 	var pgErr *pgconn.PgError

@@ -198,6 +198,9 @@ var specs = []spec{
 	{name: "ctl-key-column-narrow", cs: "new", b: keyColumnNarrow, claims: claimsOfA,
 		breaks: "request_key is varchar(64): a valid key of 65 to 128 bytes fails to insert",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-ttl-whole-seconds", cs: "new", b: ttlWholeSeconds, claims: claimsOfA,
+		breaks: "the TTL is sent as whole seconds, truncated: a TTL under a second expires at once, every other loses its fraction",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the
