@@ -322,6 +322,16 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 			}
 		}
 	}
+	// A SKU is the deployment's when its config lists it, not when the
+	// database has stock for it: a request for the other deployment's SKU
+	// is BAD_REQUEST, and sells none of its units.
+	stray := strategy.Request{Key: "kit-scope-stray-" + sku, User: "kit-scope-stray", SKU: sku, TTL: time.Minute}
+	if res, err := dep.Node(0).Reserve(ctx, stray); res.Outcome != strategy.OutcomeBadRequest || !errors.Is(err, strategy.ErrBadRequest) {
+		t.Errorf("Reserve for a SKU another deployment loaded: %s, %v; want BAD_REQUEST (strategy.UnknownSKU)", res.Outcome, err)
+	}
+	if r, err := other.Node(0).Lookup(ctx, stray.Key); err != nil || r.Status != strategy.StatusNotFound {
+		t.Errorf("Reserve for a SKU another deployment loaded wrote %s, %v; want nothing", r.Status, err)
+	}
 	for _, k := range keys {
 		if r, err := other.Node(0).Lookup(ctx, k); err != nil || r.Status != strategy.StatusHeld {
 			t.Errorf("%s, after the first deployment's Confirm, Release and ExpireDue: %s, %v; want HELD", k, r.Status, err)

@@ -122,6 +122,10 @@ const (
 	// TTL under a second expires at once and every other loses its
 	// fraction.
 	ttlWholeSeconds
+	// skuOfAnyDeployment: Reserve takes a SKU as known when the database
+	// has stock for it, whichever deployment loaded it, instead of when
+	// the deployment's config lists it.
+	skuOfAnyDeployment
 )
 
 //go:embed schema.sql
@@ -350,11 +354,17 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err := req.Validate(); err != nil {
 		return strategy.BadRequest(err)
 	}
-	if !n.c.owns(req.SKU) {
-		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
-	}
 	if err := n.check(); err != nil {
 		return strategy.Result{}, err
+	}
+	known := n.c.owns(req.SKU)
+	if n.c.breaks == skuOfAnyDeployment {
+		if err := n.c.db.QueryRow(ctx, n.c.t.q(`SELECT EXISTS (SELECT 1 FROM {stock} WHERE sku = $1)`), req.SKU).Scan(&known); err != nil {
+			return strategy.Result{}, err
+		}
+	}
+	if !known {
+		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
 	var res strategy.Result
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {

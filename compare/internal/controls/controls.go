@@ -201,6 +201,9 @@ var specs = []spec{
 	{name: "ctl-ttl-whole-seconds", cs: "new", b: ttlWholeSeconds, claims: claimsOfA,
 		breaks: "the TTL is sent as whole seconds, truncated: a TTL under a second expires at once, every other loses its fraction",
 		expect: expect("deployment-contract", contract)},
+	{name: "ctl-sku-of-any-deployment", cs: "new", b: skuOfAnyDeployment, claims: claimsOfA,
+		breaks: "Reserve knows a SKU when the database has stock for it, whichever deployment loaded it: one deployment sells another's units",
+		expect: expect("deployment-contract", contract)},
 }
 
 // All returns every negative control: the copies of strategy A, then the
