@@ -45,7 +45,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
-		{"each released or expired unit goes back to the SKU it was sold from, and sells there again",
+		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }},

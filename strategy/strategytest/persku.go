@@ -37,7 +37,9 @@ const busyTries = 20
 // reservations released, some made due and expired, some confirmed, as far
 // as the strategy has those transitions, each SKU a different mix. Per SKU,
 // the audit must then count exactly the units freed as available, and
-// asking every node for more must sell exactly those units again.
+// asking every node for more must sell exactly those units again. Each
+// confirmed reservation is confirmed a second time on the way, which must
+// move nothing.
 func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,6 +124,10 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 			for _, k := range take(s.confirm) {
 				if moved, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); err != nil || !moved {
 					t.Fatalf("Confirm of a HELD reservation of %s: %v, %v; want moved", s.suffix, moved, err)
+				}
+				// A payment callback delivered twice moves the row once.
+				if moved, err := confirmer.Confirm(ctx, k, strategy.ConfirmUntilExpired); err != nil || moved {
+					t.Errorf("Confirm of a CONFIRMED reservation of %s: moved %v, %v; want false, nil", s.suffix, moved, err)
 				}
 			}
 		}

@@ -122,6 +122,9 @@ const (
 	// TTL under a second expires at once and every other loses its
 	// fraction.
 	ttlWholeSeconds
+	// confirmAgain: Confirm moves HELD or CONFIRMED rows: a payment
+	// callback delivered twice is reported as moving the row twice.
+	confirmAgain
 	// skuOfAnyDeployment: Reserve takes a SKU as known when the database
 	// has stock for it, whichever deployment loaded it, instead of when
 	// the deployment's config lists it.
@@ -508,8 +511,11 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 		return false, err
 	}
 	status := `AND status = 'HELD'`
-	if n.c.breaks == confirmNoStatusCheck {
+	switch n.c.breaks {
+	case confirmNoStatusCheck:
 		status = ``
+	case confirmAgain:
+		status = `AND status IN ('HELD', 'CONFIRMED')`
 	}
 	switch {
 	case mode != strategy.ConfirmBeforeExpiry || n.c.breaks == confirmIgnoresExpiry:
