@@ -28,9 +28,10 @@ type tester interface {
 }
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
-// checkConfirmTiming, checkSession, checkUnitsPerSKU and checkOddText on
-// deployments of their own (kit SKUs, beside the trial's), each failure a
-// failed check of the contract.
+// checkConfirmTiming, checkSession, checkUnitsPerSKU,
+// checkAnswersWhenSoldOut and checkOddText on deployments of their own
+// (kit SKUs, beside the trial's), each failure a failed check of the
+// contract.
 func runDeploymentContract(ctx context.Context, t *trial) error {
 	rs := t.env.Resources.Addrs()
 	parts := []struct {
@@ -47,6 +48,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }},
+		{"a node that has just answered SOLD_OUT still answers a known key REPLAY or KEY_REUSED, and USER_LIMIT only for the SKU its user holds",
+			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }},
 	}

@@ -155,6 +155,15 @@ func runLockFault(ctx context.Context, t *trial) error {
 	}
 	t.hist.End(opC)
 	<-sb.busy.done
+	// B waited on A's row, so it holds the lock it took, until its own
+	// transaction ends: A's unlock at its commit must have deleted only
+	// its own lock (compare the token, then delete), not B's.
+	bLock := time.Duration(0)
+	if blockedInPG && errB == nil {
+		if bLock, err = rdb.PTTL(ctx, info.Key).Result(); err != nil {
+			return fmt.Errorf("PTTL of B's lock after A's commit: %w", err)
+		}
+	}
 	opB = reserveOp(opB, resB, errB)
 	if errB == nil {
 		if err := b.Commit(ctx); err != nil {
@@ -183,6 +192,10 @@ func runLockFault(ctx context.Context, t *trial) error {
 	t.fact("end", "total %d, active %d, available %d", a1.Total, a1.Active, a1.Available)
 	t.check(strategy.NoOversell, "a second holder of the lock sells nothing the first one sold", a1.Oversold() == 0,
 		fmt.Sprintf("%s; then %d active for %d units", fault, a1.Active, a1.Total), reqA.Key, reqB.Key)
+	t.check(Base, "B gets a definite answer: the fault touched nothing PostgreSQL does", opB.Type != OpInfo,
+		fmt.Sprintf("%s; B: %s", fault, opB.Err), reqB.Key)
+	t.check(Base, "A's unlock at its commit leaves the lock B took (the unlock compares its token)", bLock != keyMissing,
+		fmt.Sprintf("%s; B held the lock and waited on A's row; after A committed, %s", fault, lockState(bLock)), reqA.Key, reqB.Key)
 	return nil
 }
 

@@ -65,32 +65,8 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 		t.Skip("no Release and no expiry job with MakeDue: no transition gives a unit back")
 	}
 
-	seq := 0
-	// sell asks each node in turn for units of sku, one request at a time,
-	// each from a new user, until it answers SOLD_OUT (a node may sell only
-	// its share), and returns the keys it HELD.
-	sell := func(sku string, bound int) []string {
-		t.Helper()
-		var held []string
-		for i := 0; i < nodes; i++ {
-			for j := 0; j <= bound; j++ {
-				seq++
-				req := strategy.Request{Key: fmt.Sprintf("kit-per-%03d-%s", seq, sku), User: fmt.Sprintf("kit-per-user-%03d", seq), SKU: sku, TTL: time.Hour}
-				res, err := reserveUnlessBusy(ctx, dep.Node(i), req)
-				if err != nil {
-					t.Fatalf("Reserve on node %d: %v", i, err)
-				}
-				if res.Outcome == strategy.OutcomeSoldOut {
-					break
-				}
-				if res.Outcome != strategy.OutcomeHeld {
-					t.Fatalf("Reserve %s on node %d: %s; want HELD or SOLD_OUT (nothing else runs on this SKU)", req.Key, i, res.Outcome)
-				}
-				held = append(held, req.Key)
-			}
-		}
-		return held
-	}
+	sold := &seller{t: t, dep: dep, nodes: nodes, prefix: "kit-per"}
+	sell := func(sku string, bound int) []string { return keysOf(sold.sellOut(ctx, sku, bound)) }
 
 	// Every SKU sells out before any unit comes back, so a unit given back
 	// to the wrong SKU is a unit that SKU never lost.
@@ -167,6 +143,50 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 			t.Errorf("%s: %d units sold again after its transitions freed %d", s.suffix, len(again), freed[sku])
 		}
 	}
+}
+
+// seller sells out SKUs of a deployment of its own, request by request.
+type seller struct {
+	t      tester
+	dep    strategy.Deployment
+	nodes  int
+	prefix string
+	seq    int
+}
+
+// sellOut asks each node in turn for units of sku, one request at a time,
+// each from a new user, until it answers SOLD_OUT (a node may sell only
+// its share) or has sold bound, and returns the requests it HELD. Each
+// node's last answer is SOLD_OUT when bound is at least the stock.
+func (s *seller) sellOut(ctx context.Context, sku string, bound int) []strategy.Request {
+	s.t.Helper()
+	var held []strategy.Request
+	for i := 0; i < s.nodes; i++ {
+		for j := 0; j <= bound; j++ {
+			s.seq++
+			req := strategy.Request{Key: fmt.Sprintf("%s-%03d-%s", s.prefix, s.seq, sku), User: fmt.Sprintf("%s-user-%03d", s.prefix, s.seq), SKU: sku, TTL: time.Hour}
+			res, err := reserveUnlessBusy(ctx, s.dep.Node(i), req)
+			if err != nil {
+				s.t.Fatalf("Reserve on node %d: %v", i, err)
+			}
+			if res.Outcome == strategy.OutcomeSoldOut {
+				break
+			}
+			if res.Outcome != strategy.OutcomeHeld {
+				s.t.Fatalf("Reserve %s on node %d: %s; want HELD or SOLD_OUT (nothing else runs on this SKU)", req.Key, i, res.Outcome)
+			}
+			held = append(held, req)
+		}
+	}
+	return held
+}
+
+func keysOf(reqs []strategy.Request) []string {
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.Key
+	}
+	return out
 }
 
 // reserveUnlessBusy sends req until the answer is not BUSY, at most

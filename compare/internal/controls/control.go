@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,6 +126,11 @@ const (
 	// confirmAgain: Confirm moves HELD or CONFIRMED rows: a payment
 	// callback delivered twice is reported as moving the row twice.
 	confirmAgain
+	// soldOutFirst: the deployment remembers the SKUs it answered
+	// SOLD_OUT and answers SOLD_OUT to any request for them at once, before
+	// it looks at the key or the user (until a release or an expiry gives
+	// a unit back).
+	soldOutFirst
 	// skuOfAnyDeployment: Reserve takes a SKU as known when the database
 	// has stock for it, whichever deployment loaded it, instead of when
 	// the deployment's config lists it.
@@ -249,6 +255,7 @@ type control struct {
 	breaks       breakage
 	nodes        []*node
 	firstRunDied atomic.Bool // splitRelease: the first expiry run has died
+	soldOut      sync.Map    // soldOutFirst: the SKUs answered SOLD_OUT
 }
 
 type node struct {
@@ -369,6 +376,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if !known {
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
+	if _, out := n.c.soldOut.Load(req.SKU); out {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
 	var res strategy.Result
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
 		if n.c.breaks == asyncCommit {
@@ -382,6 +392,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	})
 	if err != nil && n.c.breaks == errorIsSoldOut {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	if err == nil && res.Outcome == strategy.OutcomeSoldOut && n.c.breaks == soldOutFirst {
+		n.c.soldOut.Store(req.SKU, true)
 	}
 	return res, err
 }
@@ -554,6 +567,9 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND sku = ANY($2) `+status+` RETURNING sku),
 		back AS (`+back+`)
 		SELECT count(*)::int FROM back`), key, n.c.skus).Scan(&units)
+	if units > 0 {
+		n.c.soldOut.Clear() // soldOutFirst: a unit came back
+	}
 	return units, err
 }
 
@@ -567,6 +583,9 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 		units, err = n.c.expireIn(ctx, tx, true)
 		return err
 	})
+	if units > 0 {
+		n.c.soldOut.Clear() // soldOutFirst: a unit came back
+	}
 	return units, err
 }
 
