@@ -31,7 +31,10 @@
 // the first commits its UPDATE moves no row: SOLD_OUT, one order. The
 // negative control ctl-lock-only (Options.LockOnly: no condition, no
 // CHECK) sells the unit twice in all three, so the lock alone is not the
-// guarantee. Keys, the one-per-user rule and return-once come from the
+// guarantee. Two more controls (Options.Mistake) oversell nothing and are
+// caught all the same: an unlock by plain DEL deletes the lock the second
+// buyer holds, and an UPDATE without its condition leaves the CHECK to
+// refuse the second sale as an error instead of SOLD_OUT. Keys, the one-per-user rule and return-once come from the
 // same unique indexes and status conditions as hotrow's.
 //
 // Redis down: a request cannot take the lock and is answered BUSY (nothing

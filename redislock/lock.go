@@ -39,6 +39,8 @@ type locker struct {
 	ttl    time.Duration // the lease the watchdog renews
 	wait   time.Duration // how long a take may wait
 	poll   time.Duration // how often a waiting take asks again
+	// unlockByDelete is Options.Mistake UnlockByDelete.
+	unlockByDelete bool
 }
 
 func (l *locker) key(sku string) string { return l.prefix + sku }
@@ -147,6 +149,9 @@ func (h *held) stopWatchdog() {
 // not an error: there is nothing left to release.
 func (h *held) release(ctx context.Context) error {
 	h.stopWatchdog()
+	if h.l.unlockByDelete {
+		return h.l.rdb.Del(ctx, h.lock.Key()).Err()
+	}
 	err := h.lock.Release(ctx)
 	if err == nil || errors.Is(err, redislock.ErrLockNotHeld) {
 		return nil

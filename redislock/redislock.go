@@ -53,7 +53,27 @@ type Options struct {
 	// control ctl-lock-only). Its tables are its own
 	// (redislock_lockonly_*), and so are its lock keys.
 	LockOnly bool
+	// Mistake is a deliberate mistake, for the negative controls of table
+	// 28-1 only (package compare): each passed every scenario until the
+	// lock faults checked what it breaks. NoMistake, the zero value, is
+	// the strategy.
+	Mistake Mistake
 }
+
+// Mistake names a deliberate mistake of Options.Mistake.
+type Mistake int
+
+const (
+	NoMistake Mistake = iota
+	// UnlockByDelete: the unlock deletes the lock's key without comparing
+	// its token, so a holder whose lease expired deletes the lock its
+	// successor holds.
+	UnlockByDelete
+	// ConditionInCheckOnly: the UPDATE has no available > 0, and only the
+	// table's CHECK refuses an oversell: as an error, where the strategy
+	// answers SOLD_OUT.
+	ConditionInCheckOnly
+)
 
 func (o Options) wait() time.Duration {
 	if o.Wait > 0 {
@@ -208,9 +228,10 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 }
 
 func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
-	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), lockOnly: opts.LockOnly,
+	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
+		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
-			ttl: opts.lease(), wait: opts.wait(), poll: DefaultPoll}}
+			ttl: opts.lease(), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})

@@ -1,7 +1,8 @@
 // Package controls holds the negative controls of table 28-1: copies of
 // strategy A (hotrow) with one deliberate mistake each, claiming the
 // guarantee the mistake breaks, redislock without its conditional UPDATE
-// (ctl-lock-only), and (memquota.go) strategy C claiming what its in-memory
+// (ctl-lock-only) or with one mistake in its lock's use (lockonly.go), and
+// (memquota.go) strategy C claiming what its in-memory
 // counters cannot keep across a node process's restart. The harness must
 // catch each with the claim
 // and scenario listed; package compare runs them next to the registered
@@ -220,6 +221,7 @@ func All() []Control {
 		out[i] = Control{Meta: meta(s), Case: s.cs, Breaks: s.breaks, Expect: s.expect, Race: s.race, Admission: s.admission}
 	}
 	out = append(out, lockOnly())
+	out = append(out, lockMistakes()...)
 	return append(out, memquotaControls()...)
 }
 

@@ -29,3 +29,39 @@ func lockOnly() Control {
 		),
 	}
 }
+
+// lockMistakes are redislock with one mistake in how it uses the lock or
+// the database under it, claiming what redislock claims. Neither oversells,
+// and each passed every scenario until the lock faults checked what it
+// breaks.
+func lockMistakes() []Control {
+	var out []Control
+	for _, c := range []struct {
+		mistake      redislock.Mistake
+		name, breaks string
+		scenarios    []string
+	}{
+		{redislock.UnlockByDelete, "ctl-lock-unlock-by-delete",
+			"the unlock deletes the lock's key without comparing its token: a holder whose lease expired deletes its successor's lock",
+			[]string{"lock-expiry", "lock-redis-restart"}},
+		{redislock.ConditionInCheckOnly, "ctl-lock-check-refuses",
+			"the UPDATE has no available > 0; only the table's CHECK refuses the second holder's oversell, as an error",
+			[]string{"lock-early-unlock", "lock-expiry", "lock-redis-restart"}},
+	} {
+		var exp []Expectation
+		for _, sc := range c.scenarios {
+			exp = append(exp, expect(sc, contract)...)
+		}
+		m := redislock.New(redislock.Options{Mistake: c.mistake})
+		m.Name = c.name
+		m.Description = "negative control: redislock with one mistake"
+		m.Correctness = "none: it claims what it cannot keep"
+		out = append(out, Control{
+			Meta:   m,
+			Case:   "seed 002",
+			Breaks: c.breaks,
+			Expect: exp,
+		})
+	}
+	return out
+}
