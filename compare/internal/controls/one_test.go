@@ -11,15 +11,24 @@ import (
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
-func TestScratch(t *testing.T) {
-	name, sc := os.Getenv("CTL"), os.Getenv("SC")
-	if name == "" {
-		t.Skip()
+// TestOne runs one negative control in one scenario and logs its facts
+// and every failed check with the start of its history: the loop for
+// building a control or a check. RESERVEBENCH_CONTROL names the control,
+// RESERVEBENCH_SCENARIO the scenario; without them it skips:
+//
+//	RESERVEBENCH_CONTROL=ctl-lost-update RESERVEBENCH_SCENARIO=contention \
+//	  go test -count=1 -run TestOne -v ./compare/internal/controls
+func TestOne(t *testing.T) {
+	name, sc := os.Getenv("RESERVEBENCH_CONTROL"), os.Getenv("RESERVEBENCH_SCENARIO")
+	if name == "" || sc == "" {
+		t.Skip("set RESERVEBENCH_CONTROL and RESERVEBENCH_SCENARIO to run one control in one scenario")
 	}
+	found := false
 	for _, c := range controls.All() {
 		if c.Meta.Name != name {
 			continue
 		}
+		found = true
 		db, admin := pgtest.Pools(t)
 		r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Logf: t.Logf}, strategytest.MustScenario(sc))
 		if err != nil {
@@ -36,5 +45,8 @@ func TestScratch(t *testing.T) {
 				t.Logf("check %s [%s] %s failed %d/%d: %s\n%s", ch.Verdict, ch.Claims, ch.What, ch.Failed, ch.Trials, ch.Detail, strings.Join(strings.Split(ch.History, "\n")[:min(10, len(strings.Split(ch.History, "\n")))], "\n"))
 			}
 		}
+	}
+	if !found {
+		t.Fatalf("no negative control named %q", name)
 	}
 }
