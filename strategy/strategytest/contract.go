@@ -48,7 +48,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }},
-		{"a node that has just answered SOLD_OUT still answers a known key REPLAY or KEY_REUSED, and USER_LIMIT only for the SKU its user holds",
+		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED, and USER_LIMIT only for the SKU its user holds",
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }},

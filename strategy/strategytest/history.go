@@ -122,7 +122,9 @@ func reserveOp(op Op, res strategy.Result, err error) Op {
 			op.Outcome = strategy.OutcomeBadRequest
 		}
 	case err != nil:
-		op.Type, op.Err = OpInfo, err.Error()
+		// An error leaves the outcome unknown, whatever Result came with
+		// it: nothing in it is an answer.
+		op.Type, op.Err, op.Outcome = OpInfo, err.Error(), ""
 	case res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay:
 		op.Type, op.Answer = OpOK, res.Reservation
 	default:

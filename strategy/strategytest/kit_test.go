@@ -152,7 +152,7 @@ func (n *fakeNode) Reserve(_ context.Context, req strategy.Request) (strategy.Re
 		return strategy.Result{}, strategy.ErrNodeClosed
 	}
 	stock := s.stock[req.SKU]
-	if stock == nil {
+	if stock == nil || !slices.Contains(n.d.skus, req.SKU) {
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
 	if !s.broken {

@@ -20,7 +20,8 @@ import (
 // answer SOLD_OUT, and user X holds SKU B's only unit. Then, on each node:
 //
 //   - every key A sold, sent again by its user, is REPLAY of its
-//     reservation (also all at once);
+//     reservation (also all at once), and one sent with a longer TTL
+//     leaves its expires_at where it was;
 //   - one of them sent by another user, or by its user for SKU B, is
 //     KEY_REUSED;
 //   - X, who holds only B, asking for A is SOLD_OUT, not USER_LIMIT;
@@ -75,6 +76,22 @@ func checkAnswersWhenSoldOut(t tester, meta strategy.Meta, db *pgxpool.Pool, rs 
 		for _, req := range held {
 			req := req
 			replayed(i, "a sold key sent again", req, ask(i, "a sold key sent again", req, strategy.OutcomeReplay))
+		}
+		before, err := dep.Node(i).Lookup(ctx, held[1].Key)
+		if err != nil {
+			t.Fatalf("Lookup %s: %v", held[1].Key, err)
+		}
+		longer := held[1]
+		longer.TTL = 2 * time.Hour
+		res := ask(i, "a sold key sent again with a longer TTL", longer, strategy.OutcomeReplay)
+		after, err := dep.Node(i).Lookup(ctx, held[1].Key)
+		if err != nil {
+			t.Fatalf("Lookup %s: %v", held[1].Key, err)
+		}
+		moved := func(at time.Time) bool { return at.Sub(before.ExpiresAt).Abs() > time.Millisecond }
+		if moved(after.ExpiresAt) || (res.Outcome == strategy.OutcomeReplay && moved(res.Reservation.ExpiresAt)) {
+			wrong = append(wrong, fmt.Sprintf("node %d, a sold key sent again with a longer TTL moved expires_at from %s to %s (the answer says %s); a replay changes nothing",
+				i, before.ExpiresAt.Format(time.RFC3339Nano), after.ExpiresAt.Format(time.RFC3339Nano), res.Reservation.ExpiresAt.Format(time.RFC3339Nano)))
 		}
 		other := held[0]
 		other.User = "kit-out-user-other"

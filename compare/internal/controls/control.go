@@ -131,6 +131,10 @@ const (
 	// it looks at the key or the user (until a release or an expiry gives
 	// a unit back).
 	soldOutFirst
+	// replayExtendsHold: a request sent again for a HELD reservation
+	// moves its expires_at to the new request's TTL from now: a client
+	// that resends keeps its unit as long as it likes.
+	replayExtendsHold
 	// skuOfAnyDeployment: Reserve takes a SKU as known when the database
 	// has stock for it, whichever deployment loaded it, instead of when
 	// the deployment's config lists it.
@@ -466,6 +470,12 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 			return strategy.Result{}, lerr
 		case existing.Status == strategy.StatusNotFound:
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+		if c.breaks == replayExtendsHold && existing.User == req.User && existing.SKU == req.SKU && existing.Status == strategy.StatusHeld {
+			if err := tx.QueryRow(ctx, c.t.q(`UPDATE {reservation} SET expires_at = now() + $2::interval WHERE request_key = $1 RETURNING expires_at`),
+				req.Key, req.TTL).Scan(&existing.ExpiresAt); err != nil {
+				return strategy.Result{}, err
+			}
 		}
 		return c.knownKey(req, existing), nil
 	case err != nil:
