@@ -54,7 +54,22 @@ func init() {
 // Options configure the strategy; the zero value is KeepNothing.
 type Options struct {
 	Keep Keep
+	// Mistake is a deliberate mistake, for the negative controls of table
+	// 28-1 only (package compare). NoMistake, the zero value, is the
+	// strategy.
+	Mistake Mistake
 }
+
+// Mistake names a deliberate mistake of Options.Mistake.
+type Mistake int
+
+const (
+	NoMistake Mistake = iota
+	// KeepUnitOnUserLimit: a request whose row the per-user index refuses
+	// (the user holds one that Redis had forgotten) keeps the unit its
+	// script took instead of giving it back.
+	KeepUnitOnUserLimit
+)
 
 func (o Options) keep() Keep {
 	if o.Keep == "" {
@@ -201,7 +216,7 @@ func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Cli
 }
 
 func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deployment {
-	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount()}
+	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), mistake: opts.Mistake, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount()}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -212,12 +227,13 @@ func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deploy
 // nothing in memory: the counters are Redis's.
 type Deployment struct {
 	*pgstrategy.Handles
-	db    *pgxpool.Pool
-	rdb   *redis.Client
-	keep  Keep
-	skus  []string
-	owns  pgstrategy.SKUs
-	nodes int
+	db      *pgxpool.Pool
+	rdb     *redis.Client
+	keep    Keep
+	mistake Mistake
+	skus    []string
+	owns    pgstrategy.SKUs
+	nodes   int
 }
 
 var (

@@ -109,6 +109,9 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 		}
 		// The user holds one in PostgreSQL that Redis had forgotten (it
 		// restarted): the unit goes back.
+		if d.mistake == KeepUnitOnUserLimit {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
 		if _, err := d.giveBack(ctx, []returned{{sku: req.SKU, key: req.Key, user: req.User}}); err != nil {
 			return strategy.Result{}, fmt.Errorf("give back after the user limit: %w", err)
 		}

@@ -143,6 +143,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	}); err != nil {
 		return err
 	}
+	if err := t.limitTakesNothing(ctx, sku); err != nil {
+		return err
+	}
 	if _, _, err := send("after a restart empty", in.ThenRequests, nil); err != nil {
 		return err
 	}
@@ -152,6 +155,47 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 		}
 	}
 	return t.resendUnknown(ctx)
+}
+
+// limitTakesNothing: after Redis restarted empty, a user who holds a unit
+// asks again under a new key. Redis no longer knows the user, so a
+// design that counts there takes a unit before PostgreSQL's per-user index
+// refuses the row; USER_LIMIT must then give it back. The audit's
+// available count is read before and after: the difference is the
+// request's own, whatever the restart did to the counts, so it is charged
+// to Conserves.
+func (t *trial) limitTakesNothing(ctx context.Context, sku string) error {
+	user := t.user(fmt.Sprintf("user-b1-%03d", t.in.Requests-1))
+	held, err := t.node(0).Lookup(ctx, t.key(fmt.Sprintf("req-b1-%03d", t.in.Requests-1)))
+	if err != nil {
+		return fmt.Errorf("lookup of a holder: %w", err)
+	}
+	if !held.Status.Active() {
+		return nil // the first batch did not sell to this user: nothing to ask
+	}
+	before, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	op := t.reserveDefinite(ctx, "limit", 0, strategy.Request{Key: t.key("req-holder-again"), User: user, SKU: sku, TTL: strategy.TTLForever})
+	after, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	t.fact("after a restart empty: a holder asks again under a new key", "%s; available %d before, %d after", answerText(op), before[sku].Available, after[sku].Available)
+	if op.Type == OpFail && op.Outcome == strategy.OutcomeUserLimit {
+		t.check(strategy.Conserves, "a request refused USER_LIMIT takes no unit, after a restart empty too", after[sku].Available == before[sku].Available,
+			fmt.Sprintf("available %d before the request, %d after its USER_LIMIT", before[sku].Available, after[sku].Available), op.Req.Key)
+	}
+	return nil
+}
+
+// answerText is an operation's answer, or its error.
+func answerText(op Op) string {
+	if op.Type == OpInfo {
+		return "error " + op.Err
+	}
+	return string(op.Outcome)
 }
 
 // killInFlight is the mid-run fault, on a SKU like the first (its name

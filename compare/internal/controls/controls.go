@@ -1,7 +1,8 @@
 // Package controls holds the negative controls of table 28-1: copies of
 // strategy A (hotrow) with one deliberate mistake each, claiming the
 // guarantee the mistake breaks, redislock without its conditional UPDATE
-// (ctl-lock-only) or with one mistake in its lock's use (lockonly.go), and
+// (ctl-lock-only) or with one mistake in its lock's use (lockonly.go),
+// rediscounter with one mistake in its give-back (rediscounter.go), and
 // (memquota.go) strategy C claiming what its in-memory
 // counters cannot keep across a node process's restart. The harness must
 // catch each with the claim
@@ -225,6 +226,7 @@ func All() []Control {
 	}
 	out = append(out, lockOnly())
 	out = append(out, lockMistakes()...)
+	out = append(out, counterMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
