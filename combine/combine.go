@@ -49,7 +49,22 @@ type Options struct {
 	MaxBatch     int           // 0: DefaultMaxBatch
 	BatchTimeout time.Duration // 0: DefaultBatchTimeout
 	MaxRequeues  int           // 0: DefaultMaxRequeues; negative: none
+	// Mistake is a deliberate mistake, for the negative controls of table
+	// 28-1 only (package compare). NoMistake, the zero value, is the
+	// strategy.
+	Mistake Mistake
 }
+
+// Mistake names a deliberate mistake of Options.Mistake.
+type Mistake int
+
+const (
+	NoMistake Mistake = iota
+	// KeysInOneBatch: a batch takes several requests with one key, so one
+	// key's rows meet in one insert and each request is answered from the
+	// row that won.
+	KeysInOneBatch
+)
 
 func (o Options) withDefaults() Options {
 	if o.MaxBatch <= 0 {

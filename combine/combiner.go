@@ -80,7 +80,7 @@ func (c *combiner) next() []*pending {
 		switch {
 		case p.ctx.Err() != nil:
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: not sent: %w", p.req.Key, p.ctx.Err())}
-		case len(batch) < c.d.opts.MaxBatch && !keys[p.req.Key] && !users[p.req.User]:
+		case len(batch) < c.d.opts.MaxBatch && (!keys[p.req.Key] || c.d.opts.Mistake == KeysInOneBatch) && !users[p.req.User]:
 			keys[p.req.Key], users[p.req.User] = true, true
 			batch = append(batch, p)
 		default:

@@ -2,7 +2,8 @@
 // strategy A (hotrow) with one deliberate mistake each, claiming the
 // guarantee the mistake breaks, redislock without its conditional UPDATE
 // (ctl-lock-only) or with one mistake in its lock's use (lockonly.go),
-// rediscounter with one mistake in its give-back (rediscounter.go), and
+// rediscounter with one mistake in its give-back (rediscounter.go),
+// combine with one in how it forms a batch (combine.go), and
 // (memquota.go) strategy C claiming what its in-memory
 // counters cannot keep across a node process's restart. The harness must
 // catch each with the claim
@@ -227,6 +228,7 @@ func All() []Control {
 	out = append(out, lockOnly())
 	out = append(out, lockMistakes()...)
 	out = append(out, counterMistakes()...)
+	out = append(out, combineMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
