@@ -22,6 +22,7 @@ import (
 //	    counter missing: load it (the variant's way), then once more
 //	INSERT ... 'HELD' ON CONFLICT (request_key) DO NOTHING   (its own transaction)
 //	    the user already holds one (the per-user index): give the unit back, USER_LIMIT
+//	    the key's row is another SKU's (sent at once for two): give the unit back, KEY_REUSED
 //
 // Between the script and the insert the unit is out of the counter and in
 // no row: a crash there loses it (CrashMidReserve), until a resend of the
@@ -97,7 +98,7 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 		if !found {
 			return strategy.Result{}, fmt.Errorf("key %q conflicts with a row it cannot see", req.Key)
 		}
-		return pgstrategy.KnownKey(req, r), nil
+		return d.keyTaken(ctx, req, r)
 	case errors.As(err, &pgErr) && pgErr.ConstraintName == constraintOneActive:
 		// A resend of the same key can reach the per-user index before the
 		// key's: its row is there now, and the unit is that row's.
@@ -105,7 +106,7 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 			if err != nil {
 				return strategy.Result{}, err
 			}
-			return pgstrategy.KnownKey(req, r), nil
+			return d.keyTaken(ctx, req, r)
 		}
 		// The user holds one in PostgreSQL that Redis had forgotten (it
 		// restarted): the unit goes back.
@@ -120,6 +121,20 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 		// The unit is taken and marked for this key: a resend inserts it.
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
 	}
+}
+
+// keyTaken answers a request whose insert found its key's row already
+// written. A row of the same SKU holds the unit this request took (a
+// resend: the key's marker is one). A row of another SKU does not: the
+// markers are per SKU, so one key sent at once for two SKUs took a unit of
+// each, and the one whose row lost gives its unit back.
+func (d *Deployment) keyTaken(ctx context.Context, req strategy.Request, r strategy.Reservation) (strategy.Result, error) {
+	if r.SKU != req.SKU {
+		if _, err := d.giveBack(ctx, []returned{{sku: req.SKU, key: req.Key, user: req.User}}); err != nil {
+			return strategy.Result{}, fmt.Errorf("give back the unit of a key another SKU's row holds: %w", err)
+		}
+	}
+	return pgstrategy.KnownKey(req, r), nil
 }
 
 // keyOtherWait bounds how long a request whose key another user's request
