@@ -28,8 +28,9 @@ type tester interface {
 }
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
-// checkConfirmTiming, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut and checkOddText on deployments of their own
+// checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
+// checkAnswersWhenSoldOut, checkOddText and checkDistinctText on
+// deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
 // contract.
 func runDeploymentContract(ctx context.Context, t *trial) error {
@@ -44,6 +45,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }},
 		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }},
+		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
+			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
@@ -52,6 +55,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }},
+		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
+			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }},
 	}
 	for _, p := range parts {
 		r := runRecorded(p.run)

@@ -16,9 +16,12 @@ import (
 // that an expiry job which runs ahead of its clock by a second to a minute
 // finds one still ahead of now() but inside its margin, long enough that
 // the rest stay ahead on a slow machine.
+// The longest rungs are past an hour, up to strategy.MaxTTL: a TTL cut to
+// an hour (or any cap under a day) shows only there.
 var expiryLadder = []time.Duration{
 	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second,
 	5 * time.Second, 10 * time.Second, 30 * time.Second, 50 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour,
+	6 * time.Hour, strategy.MaxTTL,
 }
 
 // clockSlack is how far apart the harness's clock and the one the strategy
@@ -35,24 +38,33 @@ const clockSlack = 100 * time.Millisecond
 // ignored for a constant hour, shows only here.
 func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string) (strategy.Deployment, []string) {
 	t.Helper()
+	dep, keys, _ := holdTTLs(ctx, t, meta, db, rs, prefix, expiryLadder)
+	return dep, keys
+}
+
+// holdTTLs is holdLadder for any TTLs; it also returns each expires_at as
+// Lookup gave it.
+func holdTTLs(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string, ttls []time.Duration) (strategy.Deployment, []string, []time.Time) {
+	t.Helper()
 	sku := kitSKU(prefix)
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: len(expiryLadder)}}})
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: len(ttls)}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	keys := make([]string, len(expiryLadder))
-	held := make([]strategy.Result, len(expiryLadder))
-	errs := make([]error, len(expiryLadder))
-	began := make([]time.Time, len(expiryLadder))
-	returned := make([]time.Time, len(expiryLadder))
-	Together(len(expiryLadder), func(i int) {
+	keys := make([]string, len(ttls))
+	held := make([]strategy.Result, len(ttls))
+	errs := make([]error, len(ttls))
+	began := make([]time.Time, len(ttls))
+	returned := make([]time.Time, len(ttls))
+	expires := make([]time.Time, len(ttls))
+	Together(len(ttls), func(i int) {
 		keys[i] = fmt.Sprintf("kit-%s-%02d-%s", prefix, i, sku)
 		began[i] = time.Now()
-		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-%s-%02d", prefix, i), SKU: sku, TTL: expiryLadder[i]})
+		held[i], errs[i] = dep.Node(0).Reserve(ctx, strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-%s-%02d", prefix, i), SKU: sku, TTL: ttls[i]})
 		returned[i] = time.Now()
 	})
 	var off []string
-	for i, ttl := range expiryLadder {
+	for i, ttl := range ttls {
 		if errs[i] != nil || held[i].Outcome != strategy.OutcomeHeld {
 			dep.Close()
 			t.Fatalf("Reserve with TTL %s: %+v, %v; want HELD", ttl, held[i], errs[i])
@@ -62,6 +74,7 @@ func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 			dep.Close()
 			t.Fatalf("Lookup %s: %v", keys[i], err)
 		}
+		expires[i] = stored.ExpiresAt
 		from, to := began[i].Add(ttl-clockSlack), returned[i].Add(ttl+clockSlack)
 		for where, at := range map[string]time.Time{"answer": held[i].Reservation.ExpiresAt, "Lookup": stored.ExpiresAt} {
 			if at.Before(from) || at.After(to) {
@@ -74,7 +87,7 @@ func holdLadder(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 		sort.Strings(off)
 		t.Errorf("%d expires_at are not the TTL asked for after the reservation was made: %s", len(off), strings.Join(off, "; "))
 	}
-	return dep, keys
+	return dep, keys, expires
 }
 
 // checkExpiryTiming: ExpireDue moves exactly the HELD reservations whose

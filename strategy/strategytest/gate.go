@@ -43,11 +43,21 @@ func (t *trial) concurrently(ctx context.Context, n int, f func(i int)) error {
 		Together(n, f)
 		return nil
 	}
-	return t.gated(ctx, n, f)
+	return t.gated(ctx, n, f, gateOptions{})
+}
+
+// gateOptions change what a round behind the gate does.
+type gateOptions struct {
+	// hold keeps the gate closed this long after every call has queued on
+	// it: a transaction that holds the strategy's tables for a while (a
+	// migration, a long report), which a strategy must wait out or answer
+	// BUSY, never SOLD_OUT while units remain. It is the fault itself, not
+	// a wait for an ordering.
+	hold time.Duration
 }
 
 // gated runs f(0..n-1) behind the gate.
-func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
+func (t *trial) gated(ctx context.Context, n int, f func(i int), opt gateOptions) error {
 	tables, err := t.tablesToGate(ctx)
 	if err != nil {
 		return err
@@ -121,6 +131,14 @@ func (t *trial) gated(ctx context.Context, n int, f func(i int)) error {
 		}
 	}
 	t.vary("calls queued on the gate when it opened", last)
+	if opt.hold > 0 {
+		hold := time.NewTimer(opt.hold)
+		select {
+		case <-hold.C:
+		case <-done:
+			hold.Stop()
+		}
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		<-done
 		return fmt.Errorf("gate: open: %w", err)

@@ -182,6 +182,15 @@ type Phase struct {
 	// and users of its own (suffixed -r0, -r1, ...): many small races, each
 	// started on its own, instead of one large one. 0 means 1.
 	Repeat int `json:"repeat,omitempty"`
+	// HoldGateMs sends the phase's requests behind the gate (gate.go), also
+	// in a scenario without it, and keeps the gate closed this many
+	// milliseconds after they have all queued: a transaction that holds the
+	// strategy's tables for a while. A strategy must wait it out or answer
+	// BUSY; SOLD_OUT while units remain is a phantom sold-out.
+	HoldGateMs int `json:"hold_gate_ms,omitempty"`
+	// FirstTrialOnly runs the phase in the scenario's first repetition
+	// only: a deterministic fault (a held gate) needs no repeating.
+	FirstTrialOnly bool `json:"first_trial_only,omitempty"`
 }
 
 // RequestGroup is Count requests for one SKU. Without Key every request has

@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -89,5 +90,57 @@ func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 	}
 	if len(list) != len(total) {
 		t.Errorf("Audit: %d rows; want one per SKU (%d)", len(list), len(total))
+	}
+}
+
+// checkDistinctText: texts that differ only in letter case, in a trailing
+// space or in Unicode normal form are different keys, users and SKUs, as
+// the contract compares them (byte for byte). A strategy that folds case
+// (a unique index on lower(key)), trims, or normalizes answers the second
+// of such keys REPLAY or KEY_REUSED, refuses the second such user
+// USER_LIMIT, or cannot open the second such SKU. Here a deployment opens
+// two SKUs that differ only in case; on each, requests whose keys and
+// users differ only so must each be HELD and found by Lookup as their own.
+func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := kitSKU("case")
+	skus := []string{base + "-Case", base + "-case"}
+	// ASCII letters in both cases (what lower() folds in any locale), a
+	// trailing space, é in both cases, precomposed and combined.
+	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301"}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skus[0], Total: len(variants)}, {SKU: skus[1], Total: len(variants)}}})
+	if err != nil {
+		t.Fatalf("Open with SKUs %q and %q (they differ only in case): %v", skus[0], skus[1], err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	for si, sku := range skus {
+		for _, v := range variants {
+			req := strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", v, si, base), User: "kit-user-" + v, SKU: sku, TTL: time.Hour}
+			res, err := reserveUnlessBusy(ctx, node, req)
+			if err != nil || res.Outcome != strategy.OutcomeHeld {
+				t.Errorf("Reserve key %q, user %q, sku %q (keys, users and SKUs that differ only in case, a trailing space or normal form are different): %s, %v; want HELD",
+					req.Key, req.User, req.SKU, res.Outcome, err)
+				continue
+			}
+			got, err := node.Lookup(ctx, req.Key)
+			if err != nil || got.Key != req.Key || got.User != req.User || got.SKU != req.SKU {
+				t.Errorf("Lookup of key %q: %+v, %v; want its own reservation (user %q, sku %q)", req.Key, got, err, req.User, req.SKU)
+			}
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, a := range list {
+		if a.Active != len(variants) || a.Drift() != 0 {
+			t.Errorf("Audit of sku %q: total %d, available %d, active %d; want active %d, drift 0", a.SKU, a.Total, a.Available, a.Active, len(variants))
+		}
+	}
+	if len(list) != len(skus) {
+		t.Errorf("Audit: %d rows; want one per SKU (%d)", len(list), len(skus))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -20,6 +21,9 @@ func runRequests(ctx context.Context, t *trial) error {
 		label := ph.Name
 		if label == "" {
 			label = fmt.Sprintf("phase %d", pi+1)
+		}
+		if ph.FirstTrialOnly && t.n > 1 {
+			continue
 		}
 		if len(ph.Restart) > 0 {
 			if err := t.confirmHeld(ctx, ph, heldOn); err != nil {
@@ -52,10 +56,15 @@ func runRequests(ctx context.Context, t *trial) error {
 			}
 			jobs := t.phaseJobs(pi, ph, roundSuffix)
 			ops := make([]Op, len(jobs))
-			if err := t.concurrently(ctx, len(jobs), func(i int) {
+			call := func(i int) {
 				ops[i] = t.reserveDefinite(ctx, fmt.Sprintf("c%d", i), jobs[i].node, jobs[i].req)
-			}); err != nil {
-				return err
+			}
+			if hold := time.Duration(ph.HoldGateMs) * time.Millisecond; t.in.Gate || hold > 0 {
+				if err := t.gated(ctx, len(jobs), call, gateOptions{hold: hold}); err != nil {
+					return err
+				}
+			} else {
+				Together(len(jobs), call)
 			}
 			sent += len(ops)
 			for i, op := range ops {

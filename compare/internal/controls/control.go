@@ -139,6 +139,26 @@ const (
 	// has stock for it, whichever deployment loaded it, instead of when
 	// the deployment's config lists it.
 	skuOfAnyDeployment
+	// keyPerSKU: the key is unique per SKU (a unique index on sku,
+	// request_key), looked up by key alone first: a key reused for another
+	// SKU is KEY_REUSED, but one key sent at once for two SKUs is HELD
+	// twice.
+	keyPerSKU
+	// keyCaseFolded: keys are compared without case (a unique index and
+	// the lookup on lower(request_key)): a key that differs from another
+	// only in case is answered as that one.
+	keyCaseFolded
+	// ttlCapped: a TTL over an hour is cut to an hour.
+	ttlCapped
+	// lockTimeoutSoldOut: the reservation runs with lock_timeout 500 ms
+	// and answers a lock not granted in time (55P03) SOLD_OUT.
+	lockTimeoutSoldOut
+	// expireLag: the expiry job moves rows only half a second after their
+	// expires_at ("clock-skew tolerance").
+	expireLag
+	// confirmGrace: ConfirmBeforeExpiry accepts a payment up to half a
+	// second after expires_at.
+	confirmGrace
 )
 
 //go:embed schema.sql
@@ -347,8 +367,12 @@ type querier interface {
 
 func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
 	r := strategy.Reservation{Key: key}
-	err := q.QueryRow(ctx, c.t.q(`SELECT user_id, sku, status, expires_at FROM {reservation} WHERE request_key = $1 ORDER BY reservation_id LIMIT 1`), key).
-		Scan(&r.User, &r.SKU, &r.Status, &r.ExpiresAt)
+	where := `request_key = $1`
+	if c.breaks == keyCaseFolded {
+		where = `lower(request_key) = lower($1)`
+	}
+	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
+		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
@@ -390,12 +414,21 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 				return err
 			}
 		}
+		if n.c.breaks == lockTimeoutSoldOut {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '500ms'`); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
 	})
 	if err != nil && n.c.breaks == errorIsSoldOut {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && n.c.breaks == lockTimeoutSoldOut {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "the row is busy, so it must be gone"
 	}
 	if err == nil && res.Outcome == strategy.OutcomeSoldOut && n.c.breaks == soldOutFirst {
 		n.c.soldOut.Store(req.SKU, true)
@@ -426,7 +459,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 		}
 	}
-	if c.breaks == keyNotUnique {
+	if c.breaks == keyNotUnique || c.breaks == keyPerSKU {
 		existing, err := c.lookupIn(ctx, tx, req.Key)
 		if err != nil {
 			return strategy.Result{}, err
@@ -443,9 +476,16 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 	insert := `INSERT INTO {reservation} (request_key, user_id, sku, status, expires_at)
 		VALUES ($1, $2, $3, 'HELD', now() + $4::interval)
 		ON CONFLICT (request_key) DO NOTHING RETURNING expires_at`
-	if c.breaks == keyNotUnique {
+	switch c.breaks {
+	case keyNotUnique:
 		insert = `INSERT INTO {reservation} (request_key, user_id, sku, status, expires_at)
 		VALUES ($1, $2, $3, 'HELD', now() + $4::interval) RETURNING expires_at`
+	case keyPerSKU:
+		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (sku, request_key)", 1)
+	case keyCaseFolded:
+		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (lower(request_key))", 1)
+	case ttlCapped:
+		insert = strings.Replace(insert, "now() + $4::interval", "now() + least($4::interval, interval '1 hour')", 1)
 	}
 	var ttl any = req.TTL
 	switch c.breaks {
@@ -544,6 +584,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	case mode != strategy.ConfirmBeforeExpiry || n.c.breaks == confirmIgnoresExpiry:
 	case n.c.breaks == confirmEarly:
 		status += ` AND expires_at >= now() + interval '2 seconds'`
+	case n.c.breaks == confirmGrace:
+		status += ` AND expires_at >= now() - interval '500 milliseconds'`
 	default:
 		status += ` AND expires_at >= now()`
 	}
@@ -650,8 +692,11 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 		scope = `$1::text[] IS NOT NULL`
 	}
 	due := `now()`
-	if c.breaks == expireEarly {
+	switch c.breaks {
+	case expireEarly:
 		due = `now() + interval '2 seconds'`
+	case expireLag:
+		due = `now() - interval '500 milliseconds'`
 	}
 	var units int
 	err := tx.QueryRow(ctx, c.t.q(`

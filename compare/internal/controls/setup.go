@@ -40,8 +40,17 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 			return err
 		}
 	}
-	if s.b != keyNotUnique {
-		if _, err := tx.Exec(ctx, tb.q(`CREATE UNIQUE INDEX {reservation}_key ON {reservation} (request_key)`)); err != nil {
+	keyIndex := `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (request_key)`
+	switch s.b {
+	case keyNotUnique:
+		keyIndex = ""
+	case keyPerSKU:
+		keyIndex = `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (sku, request_key)`
+	case keyCaseFolded:
+		keyIndex = `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (lower(request_key))`
+	}
+	if keyIndex != "" {
+		if _, err := tx.Exec(ctx, tb.q(keyIndex)); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,190 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// The timing checks of expirytiming.go act right after the ladder is held,
+// before its shortest rung is due, and every other scenario makes
+// reservations due with the strategy's own Ager.MakeDue, which may move
+// expires_at a second or more into the past. An expiry job that waits
+// half a second past expires_at ("clock-skew tolerance"), or a confirm that
+// accepts a payment half a second late, passes them all. The checks here
+// hold reservations that fall due a moment later and act on them, paced by
+// the clock, from just before to just after that moment: each call is
+// judged on its own against the expires_at Lookup gave, as in
+// expirytiming.go. The clock is what is under test; the pacing orders
+// nothing between calls.
+
+// justPastTTL is the TTL of the reservations the checks act on: long
+// enough that all of them are held before the first is due on a slow
+// machine, short enough that the checks take about a second.
+const justPastTTL = 400 * time.Millisecond
+
+// justPastStep is how often the checks act once the reservations are
+// close to due: a lag or a grace longer than clockSlack plus a step shows.
+const justPastStep = 40 * time.Millisecond
+
+// checkJustPast runs checkExpiryJustPast and checkConfirmJustPast side by
+// side, on deployments of their own, and reports what each found.
+func checkJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	checks := []struct {
+		name string
+		run  func(tester, strategy.Meta, *pgxpool.Pool, map[strategy.Resource]string)
+	}{{"expiry job", checkExpiryJustPast}, {"confirm", checkConfirmJustPast}}
+	found := make([]*recorder, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i] = runRecorded(func(r tester) { c.run(r, meta, db, rs) })
+		}()
+	}
+	wg.Wait()
+	var skipped []string
+	for i, r := range found {
+		for _, e := range r.errs {
+			t.Errorf("%s: %s", checks[i].name, e)
+		}
+		if r.skipped != "" {
+			skipped = append(skipped, r.skipped)
+		}
+	}
+	if len(skipped) == len(checks) {
+		t.Skip(strings.Join(skipped, "; "))
+	}
+}
+
+// checkExpiryJustPast: the expiry job runs every justPastStep from before
+// the reservations fall due until each has moved; a run that began more
+// than clockSlack after a reservation's expires_at must have moved it, and
+// none may move one whose expires_at was still ahead when it returned.
+func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep, keys, expires := holdTTLs(ctx, t, meta, db, rs, "lag", []time.Duration{justPastTTL, justPastTTL})
+	defer dep.Close()
+	expirer, ok := dep.Node(0).(strategy.Expirer)
+	if !ok {
+		t.Skip("no expiry job (strategy.Expirer)")
+	}
+	last := latest(expires)
+	deadline := last.Add(clockSlack + 10*justPastStep)
+	if wait := time.Until(last.Add(-2 * justPastStep)); wait > 0 {
+		<-time.After(wait)
+	}
+	tick := time.NewTicker(justPastStep)
+	defer tick.Stop()
+	moved := map[string]bool{}
+	for len(moved) < len(keys) && time.Now().Before(deadline) {
+		<-tick.C
+		began := time.Now()
+		units, err := expirer.ExpireDue(ctx)
+		returned := time.Now()
+		if err != nil {
+			t.Fatalf("ExpireDue: %v", err)
+		}
+		now := 0
+		for i, k := range keys {
+			if moved[k] {
+				continue
+			}
+			r, err := dep.Node(0).Lookup(ctx, k)
+			if err != nil {
+				t.Fatalf("Lookup %s: %v", k, err)
+			}
+			switch {
+			case r.Status == strategy.StatusExpired:
+				moved[k] = true
+				now++
+				if ahead := expires[i].Sub(returned); ahead > clockSlack {
+					t.Errorf("it expired %s while its expires_at was %s ahead", k, ahead.Round(time.Millisecond))
+				}
+			case r.Status != strategy.StatusHeld:
+				t.Fatalf("%s: status %s after ExpireDue; want HELD or EXPIRED", k, r.Status)
+			case began.Sub(expires[i]) > clockSlack:
+				t.Fatalf("a run that began %s after the expires_at of %s left it HELD (and returned %d units): the job waits past expires_at",
+					began.Sub(expires[i]).Round(time.Millisecond), k, units)
+			}
+		}
+		if units != now {
+			t.Errorf("a run reported %d units; it moved %d reservations to EXPIRED", units, now)
+		}
+	}
+	if len(moved) < len(keys) {
+		t.Errorf("%d of %d reservations still HELD %s after they fell due", len(keys)-len(moved), len(keys), time.Since(last).Round(time.Millisecond))
+	}
+}
+
+// checkConfirmJustPast: reservations that fall due together are confirmed
+// one by one, every justPastStep, from before expires_at to after it; a
+// confirm that began more than clockSlack after expires_at must refuse, one
+// that returned more than clockSlack before it must move the row.
+func checkConfirmJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Calls from 4 steps before the expiry to 7 after it.
+	const before, after = 4, 7
+	ttls := make([]time.Duration, before+after)
+	for i := range ttls {
+		ttls[i] = justPastTTL
+	}
+	dep, keys, expires := holdTTLs(ctx, t, meta, db, rs, "grace", ttls)
+	defer dep.Close()
+	confirmer, ok := dep.Node(0).(strategy.Confirmer)
+	if !ok {
+		t.Skip("no Confirm (strategy.Confirmer)")
+	}
+	start := latest(expires).Add(-before * justPastStep)
+	if wait := time.Until(start); wait > 0 {
+		<-time.After(wait)
+	}
+	tick := time.NewTicker(justPastStep)
+	defer tick.Stop()
+	var late, refused []string
+	for i, k := range keys {
+		if i > 0 {
+			<-tick.C
+		}
+		began := time.Now()
+		ok, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
+		returned := time.Now()
+		if err != nil {
+			t.Fatalf("Confirm %s: %v", k, err)
+		}
+		switch {
+		case ok && began.Sub(expires[i]) > clockSlack:
+			late = append(late, fmt.Sprintf("%s, %s after its expires_at", k, began.Sub(expires[i]).Round(time.Millisecond)))
+		case !ok && expires[i].Sub(returned) > clockSlack:
+			refused = append(refused, fmt.Sprintf("%s, %s before its expires_at", k, expires[i].Sub(returned).Round(time.Millisecond)))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("ConfirmBeforeExpiry confirmed %d reservations after their expires_at had passed: %s", len(late), strings.Join(late, "; "))
+	}
+	if len(refused) > 0 {
+		t.Errorf("ConfirmBeforeExpiry refused %d reservations before their expires_at: %s", len(refused), strings.Join(refused, "; "))
+	}
+}
+
+func latest(ts []time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
+}
