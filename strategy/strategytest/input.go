@@ -191,6 +191,10 @@ type Phase struct {
 	// FirstTrialOnly runs the phase in the scenario's first repetition
 	// only: a deterministic fault (a held gate) needs no repeating.
 	FirstTrialOnly bool `json:"first_trial_only,omitempty"`
+	// SumSKUs reports the phase's outcomes summed over its SKUs, on one
+	// line: where one key races for two SKUs, which SKU wins is chance,
+	// and the table holds only what every run repeats.
+	SumSKUs bool `json:"sum_skus,omitempty"`
 }
 
 // RequestGroup is Count requests for one SKU. Without Key every request has

@@ -104,7 +104,11 @@ func runRequests(ctx context.Context, t *trial) error {
 				}
 			}
 		}
-		for _, line := range outcomeLines(order, perSKU) {
+		lines := outcomeLines(order, perSKU)
+		if ph.SumSKUs {
+			lines = outcomeLines([]string{strings.Join(order, " + ")}, map[string]map[strategy.Outcome]int{strings.Join(order, " + "): sumOutcomes(perSKU)})
+		}
+		for _, line := range lines {
 			t.fact(label+": "+line.name, "%s", line.value)
 		}
 		t.check(Base, "every request gets an answer", unknown == 0,
@@ -232,6 +236,16 @@ func (t *trial) phaseJobs(pi int, ph Phase, roundSuffix string) []job {
 		}
 	}
 	return jobs
+}
+
+func sumOutcomes(per map[string]map[strategy.Outcome]int) map[strategy.Outcome]int {
+	sum := map[strategy.Outcome]int{}
+	for _, counts := range per {
+		for o, n := range counts {
+			sum[o] += n
+		}
+	}
+	return sum
 }
 
 type namedValue struct{ name, value string }
