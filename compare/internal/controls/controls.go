@@ -79,6 +79,16 @@ type spec struct {
 	admission        func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
 
+// fromStrategy makes a control of a registered strategy's Meta built with
+// one mistake (or with a claim it cannot keep): renamed, described as a
+// control, and judged on exp.
+func fromStrategy(m strategy.Meta, name, description, cs, breaks string, exp []Expectation) Control {
+	m.Name = name
+	m.Description = "negative control: " + description
+	m.Correctness = "none: it claims what it cannot keep"
+	return Control{Meta: m, Case: cs, Breaks: breaks, Expect: exp}
+}
+
 func expect(scenario string, claims ...strategy.Claims) []Expectation {
 	var out []Expectation
 	for _, c := range claims {

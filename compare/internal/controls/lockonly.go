@@ -14,20 +14,14 @@ import (
 // it sell the unit again: the lock alone is not the guarantee.
 func lockOnly() Control {
 	m := redislock.New(redislock.Options{LockOnly: true})
-	m.Name = "ctl-lock-only"
-	m.Description = "negative control: redislock without the conditional UPDATE (the lock alone decides)"
-	m.Correctness = "none: it claims what it cannot keep"
 	m.Claims = redislock.Claims
-	return Control{
-		Meta:   m,
-		Case:   "seed 002",
-		Breaks: "the Redis lock and the double check decide alone: the UPDATE has no available > 0",
-		Expect: join(
+	return fromStrategy(m, "ctl-lock-only", "redislock without the conditional UPDATE (the lock alone decides)", "seed 002",
+		"the Redis lock and the double check decide alone: the UPDATE has no available > 0",
+		join(
 			expect("lock-early-unlock", strategy.NoOversell),
 			expect("lock-expiry", strategy.NoOversell),
 			expect("lock-redis-restart", strategy.NoOversell),
-		),
-	}
+		))
 }
 
 // lockMistakes are redislock with one mistake in how it uses the lock or
@@ -52,16 +46,8 @@ func lockMistakes() []Control {
 		for _, sc := range c.scenarios {
 			exp = append(exp, expect(sc, contract)...)
 		}
-		m := redislock.New(redislock.Options{Mistake: c.mistake})
-		m.Name = c.name
-		m.Description = "negative control: redislock with one mistake"
-		m.Correctness = "none: it claims what it cannot keep"
-		out = append(out, Control{
-			Meta:   m,
-			Case:   "seed 002",
-			Breaks: c.breaks,
-			Expect: exp,
-		})
+		out = append(out, fromStrategy(redislock.New(redislock.Options{Mistake: c.mistake}),
+			c.name, "redislock with one mistake", "seed 002", c.breaks, exp))
 	}
 	return out
 }

@@ -11,14 +11,8 @@ import (
 // registered, with one claim it cannot keep.
 func memquotaControls() []Control {
 	m := memquota.New(memquota.Options{Restart: memquota.FromConfig})
-	m.Name = "ctl-memquota-claims-restart"
-	m.Description = "negative control: strategy C restarting from config, claiming survives-restart"
-	m.Correctness = "none: it claims what it cannot keep"
 	m.Claims |= strategy.SurvivesRestart
-	return []Control{{
-		Meta:   m,
-		Case:   "C28-15",
-		Breaks: "strategy C, whose node process starts from its configured share, claiming survives-restart",
-		Expect: join(expect("process-restart", strategy.SurvivesRestart), expect("process-release", strategy.SurvivesRestart)),
-	}}
+	return []Control{fromStrategy(m, "ctl-memquota-claims-restart", "strategy C restarting from config, claiming survives-restart", "C28-15",
+		"strategy C, whose node process starts from its configured share, claiming survives-restart",
+		join(expect("process-restart", strategy.SurvivesRestart), expect("process-release", strategy.SurvivesRestart)))}
 }
