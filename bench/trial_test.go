@@ -27,18 +27,29 @@ func TestTrials(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
+	const stock = 5000
 	for _, m := range strategy.Registered() {
 		t.Run(m.Name, func(t *testing.T) {
 			tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolGo, Clients: 2, Duration: 500 * time.Millisecond,
-				Stock: 5000, SampleEvery: 10 * time.Millisecond})
+				Stock: stock, SampleEvery: 10 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
 			run := tr.Run
 			// HeldTotal, not Held: on a loaded machine under -race the first
 			// answers can come after the short window (CI saw 0 inside it).
-			if run.Errors != 0 || run.HeldTotal == 0 || run.Refused != 0 {
-				t.Fatalf("held %d (%d in the window) refused %d errors %d (%s)", run.HeldTotal, run.Held, run.Refused, run.Errors, run.FirstErr)
+			// A few BUSY answers are legal: a strategy that retries answers
+			// BUSY when its retries are spent (CI saw one for
+			// hotrow-serializable with 2 clients). Any other refusal on a
+			// stock of 5000 is wrong, except SOLD_OUT once all 5000 are held
+			// (a fast disk sells them in the half second: onetrip did).
+			busy := run.Outcomes[string(strategy.OutcomeBusy)]
+			soldOut := run.Outcomes[string(strategy.OutcomeSoldOut)]
+			if soldOut > 0 && run.HeldTotal != stock {
+				t.Fatalf("SOLD_OUT %d times after %d HELD of %d", soldOut, run.HeldTotal, stock)
+			}
+			if run.Errors != 0 || run.HeldTotal == 0 || run.Refused != busy+soldOut || busy*10 > run.HeldTotal {
+				t.Fatalf("held %d (%d in the window) refused %d %v errors %d (%s)", run.HeldTotal, run.Held, run.Refused, run.Outcomes, run.Errors, run.FirstErr)
 			}
 			if a := tr.Audit; a.Drift() != 0 || int64(a.Active) != run.HeldTotal {
 				t.Errorf("audit %+v after %d HELD", a, run.HeldTotal)
@@ -58,8 +69,8 @@ func TestTrials(t *testing.T) {
 			if tr.Waits == nil || tr.Waits.Samples == 0 {
 				t.Errorf("no wait sample: %+v", tr.Waits)
 			}
-			if tr.SoldOut {
-				t.Error("a stock of 5000 sold out")
+			if tr.SoldOut && run.HeldTotal != stock {
+				t.Errorf("trial says sold out %v after %d HELD of %d", tr.SoldOut, run.HeldTotal, stock)
 			}
 
 			pg, controls, err := env.Capabilities(ctx, m)
