@@ -280,18 +280,38 @@ func TestInDoubtInsertSettles(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		dep, sku := deploy(t, db, memquota.FromLog, 1, 50)
-		standby := func(stmt string) {
+		// pg_reload_conf only signals the postmaster: wait until a backend
+		// shows the new value, which means the postmaster has reloaded and
+		// signalled every backend (CI, on busy cores, once ran 40 requests
+		// before it had).
+		standby := func(stmt, want string) {
 			_, err := admin.Exec(context.Background(), stmt)
 			require.NoError(t, err)
 			_, err = admin.Exec(context.Background(), "SELECT pg_reload_conf()")
 			require.NoError(t, err)
+			wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // also from Cleanup, after ctx ended
+			defer cancel()
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				var got string
+				require.NoError(t, admin.QueryRow(wctx, "SELECT current_setting('synchronous_standby_names')").Scan(&got))
+				if got == want {
+					return
+				}
+				select {
+				case <-wctx.Done():
+					t.Fatalf("synchronous_standby_names is still %q after reloading", got)
+				case <-tick.C:
+				}
+			}
 		}
-		standby("ALTER SYSTEM SET synchronous_standby_names = 'memquota_no_such_standby'")
+		standby("ALTER SYSTEM SET synchronous_standby_names = 'memquota_no_such_standby'", "memquota_no_such_standby")
 		lifted := false
 		lift := func() {
 			if !lifted {
 				lifted = true
-				standby("ALTER SYSTEM RESET synchronous_standby_names")
+				standby("ALTER SYSTEM RESET synchronous_standby_names", "")
 			}
 		}
 		t.Cleanup(lift)
