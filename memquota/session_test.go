@@ -279,7 +279,7 @@ func TestInDoubtInsertSettles(t *testing.T) {
 	t.Run("committed", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		dep, sku := deploy(t, db, memquota.FromLog, 1, 50)
+		dep, sku := deploy(t, db, memquota.FromLog, 1, 500)
 		// pg_reload_conf only signals the postmaster: wait until a backend
 		// shows the new value, which means the postmaster has reloaded and
 		// signalled every backend (CI, on busy cores, once ran 40 requests
@@ -316,12 +316,14 @@ func TestInDoubtInsertSettles(t *testing.T) {
 		}
 		t.Cleanup(lift)
 
-		// The setting reaches each backend when it next reads a command: try
+		// Committing backends learn that a standby is named from shared
+		// memory, which the checkpointer updates after its own reload: try
 		// until an insert's COMMIT is seen waiting for the standby.
 		var abandoned strategy.Request
 		held := 0
+		deadline := time.Now().Add(30 * time.Second)
 		for i := 0; abandoned.Key == ""; i++ {
-			require.Less(t, i, 40, "no COMMIT ever waited for the standby")
+			require.True(t, i < 400 && time.Now().Before(deadline), "no COMMIT waited for the standby in %d requests", i)
 			req := strategy.Request{Key: fmt.Sprintf("c%d-%s", i, sku), User: fmt.Sprintf("u%d", i), SKU: sku, TTL: time.Minute}
 			pctx, give := context.WithCancel(ctx)
 			done := make(chan error, 1)
