@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/reservebench/reservebench/strategy"
 )
 
 // KindDeploymentContract runs the checks of the deployment's own contract,
@@ -29,34 +31,43 @@ type tester interface {
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkOddText and checkDistinctText on
+// checkAnswersWhenSoldOut, checkOddText, checkDistinctText and, for a
+// strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
 // contract.
 func runDeploymentContract(ctx context.Context, t *trial) error {
 	rs := t.env.Resources.Addrs()
-	parts := []struct {
-		what string
-		run  func(tester)
-	}{
+	type part struct {
+		what  string
+		run   func(tester)
+		claim strategy.Claims // Base: the contract itself
+	}
+	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract",
-			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
-			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
-			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
-			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
-			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
-			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED, and USER_LIMIT only for the SKU its user holds",
-			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
-			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
-			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }},
+			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
+	}
+	// Only for a strategy that claims it: one that does not waits here by
+	// design, as the phantom scenario shows.
+	if t.env.Meta.Claims.Has(strategy.NoWait) {
+		parts = append(parts, part{"a request with a new key and user does not wait while another transaction holds every row of the strategy's tables as an UPDATE in flight would",
+			func(r tester) { checkNoWaitBehindLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait})
 	}
 	for _, p := range parts {
 		r := runRecorded(p.run)
@@ -67,7 +78,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		for _, l := range r.logs {
 			t.fact("note", "%s", l)
 		}
-		t.check(Base, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
+		t.check(p.claim, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
 	}
 	return ctx.Err()
 }

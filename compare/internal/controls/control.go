@@ -165,6 +165,9 @@ const (
 var schemaSQL string
 
 func meta(s spec) strategy.Meta {
+	if s.reserveOnly {
+		return reserveOnlyMeta(s)
+	}
 	return strategy.Meta{
 		Name:        s.name,
 		Description: "negative control: strategy A with one deliberate mistake",

@@ -75,6 +75,7 @@ type spec struct {
 	b                breakage
 	claims           strategy.Claims
 	race             bool
+	reserveOnly      bool // nodes with Reserve and Lookup only (reserveonly.go)
 	expect           []Expectation
 	admission        func(inner strategy.Strategy, l admission.Limits) (service.Admission, error)
 }
@@ -151,6 +152,9 @@ var specs = []spec{
 	{name: "ctl-claims-no-wait", cs: "C28-14", b: correct, claims: claimsOfA&^strategy.NoPhantomSoldOut | strategy.NoWait,
 		breaks: "strategy A unchanged, but claiming no-wait: its decrement holds the stock row until commit",
 		expect: expect("phantom", strategy.NoWait)},
+	{name: "ctl-claims-no-wait-reserve-only", cs: "C28-14", b: correct, claims: claimsOfA&^strategy.NoPhantomSoldOut | strategy.NoWait, reserveOnly: true,
+		breaks: "strategy A with Reserve and Lookup only (no sessions for the phantom scenario to hold), claiming no-wait: its decrement holds the stock row until commit",
+		expect: expect("deployment-contract", strategy.NoWait)},
 	{name: "ctl-unbounded-gate", cs: "C28-05", b: correct, claims: claimsOfA, admission: newUnboundedGate,
 		breaks: "strategy A unchanged, behind an HTTP front whose admission admits every request at once",
 		expect: join(expect("http-admission", contract), expect("http-overload", contract))},

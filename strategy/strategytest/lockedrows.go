@@ -1,0 +1,126 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkNoWaitBehindLockedRows: a strategy that claims NoWait answers a
+// request with a new key and a new user, for a SKU with units, while
+// another transaction holds every row of the database's tables the way an
+// UPDATE in flight holds the rows it changes (FOR NO KEY UPDATE, which a
+// foreign key's KEY SHARE does not conflict with). It may answer HELD,
+// SOLD_OUT or BUSY; it may not wait for that transaction.
+//
+// The phantom scenario checks the claim between attempts held open, which
+// needs SessionOpener; this check needs only Reserve, so a strategy without
+// sessions cannot claim no-wait and stay unchecked. A strategy that
+// decrements a stock row, or reads one FOR UPDATE, waits here as its
+// requests wait for one another under load. The wait is read from the
+// server (pg_blocking_pids naming the transaction that holds the rows), so
+// a request that waited is told apart from a slow one without a timer.
+func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("locked-rows")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	// A reservation first, so that the strategy's reservation rows are
+	// among the rows held, not only its stock rows.
+	first := strategy.Request{Key: "kit-locked-rows-1-" + sku, User: "kit-locked-rows-1", SKU: sku, TTL: time.Hour}
+	if res, err := reserveUnlessBusy(ctx, node, first); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve %q on a fresh SKU of 3: %s, %v; want HELD", first.Key, res.Outcome, err)
+	}
+
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin the transaction that holds the rows: %v", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back below on every path that gets there
+	tables, err := gateTables(ctx, tx)
+	if err != nil {
+		t.Fatalf("list the tables: %v", err)
+	}
+	if len(tables) == 0 {
+		t.Skip("the strategy keeps no tables in PostgreSQL: no row to hold")
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		t.Fatalf("lock_timeout: %v", err)
+	}
+	for _, tb := range tables {
+		if _, err := tx.Exec(ctx, "SELECT FROM "+tb+" FOR NO KEY UPDATE"); err != nil {
+			t.Fatalf("hold the rows of %s: %v", tb, err)
+		}
+	}
+	var holder int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+		t.Fatalf("pid: %v", err)
+	}
+
+	req := strategy.Request{Key: "kit-locked-rows-2-" + sku, User: "kit-locked-rows-2", SKU: sku, TTL: time.Hour}
+	type answer struct {
+		res strategy.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := node.Reserve(ctx, req)
+		done <- answer{res, err}
+	}()
+	waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Errorf("release the rows: %v", err)
+	}
+	a := <-done
+	if probeErr != nil {
+		t.Fatalf("read the lock waits: %v", probeErr)
+	}
+	if waited {
+		t.Errorf("Reserve %q (new key and user, 3 units, one HELD) waited for the transaction that held the rows (pg_blocking_pids), then answered %s, %v: a no-wait strategy must answer without waiting for another's uncommitted work",
+			req.Key, a.res.Outcome, a.err)
+		return
+	}
+	switch {
+	case a.err != nil:
+		t.Errorf("Reserve %q while the rows were held: %v; want HELD, SOLD_OUT or BUSY", req.Key, a.err)
+	case a.res.Outcome != strategy.OutcomeHeld && a.res.Outcome != strategy.OutcomeSoldOut && a.res.Outcome != strategy.OutcomeBusy:
+		t.Errorf("Reserve %q while the rows were held: %s; want HELD, SOLD_OUT or BUSY", req.Key, a.res.Outcome)
+	}
+}
+
+// sqlBlockedBy counts the backends that wait for a lock $1 holds.
+const sqlBlockedBy = `SELECT count(*) FROM pg_stat_activity WHERE pid <> $1 AND $1 = ANY(pg_blocking_pids(pid))`
+
+// awaitAnswerOrBlocked reports whether some backend waited for holder
+// before done delivered an answer (done is left for the caller to read).
+func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := admin.QueryRow(ctx, sqlBlockedBy, holder).Scan(&n); err != nil {
+			return false, err
+		}
+		if n > 0 {
+			return true, nil
+		}
+		select {
+		case a := <-done:
+			done <- a
+			return false, nil
+		case <-ctx.Done():
+			return false, fmt.Errorf("no answer and no wait: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
