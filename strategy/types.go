@@ -11,7 +11,10 @@ import (
 // Outcome is the answer to one Reserve call.
 type Outcome string
 
-// The outcomes of Reserve. Only OutcomeHeld creates a reservation.
+// The outcomes of Reserve. Only OutcomeHeld creates a reservation. A
+// request whose key is known is answered about that key (REPLAY or
+// KEY_REUSED) whatever else holds: the SKU sold out, or its user at the
+// limit under another key.
 const (
 	OutcomeHeld       Outcome = "HELD"        // a new reservation holds one unit
 	OutcomeReplay     Outcome = "REPLAY"      // the key was already known; Result.Reservation is its current state

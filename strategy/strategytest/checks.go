@@ -134,6 +134,7 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 		t.Errorf("node 1 has capabilities %+v, node 0 %+v: every node of a deployment must have the same", other, strategy.ProbeNode(dep.Node(0)))
 	}
 	checkScope(ctx, t, meta, db, rs, dep)
+	checkClosedDeployment(ctx, t, meta, db, rs)
 
 	// A second process attaches to the same stock: nothing written, same state.
 	if caps.Attach {
@@ -174,9 +175,7 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 			t.Fatalf("Restart(%d): %v", i, err)
 		}
 	}
-	if _, err := old.Reserve(ctx, strategy.Request{Key: "kit-k3-" + sku, User: "kit-u3", SKU: sku, TTL: time.Minute}); !errors.Is(err, strategy.ErrNodeClosed) {
-		t.Errorf("Reserve on a node that was restarted: %v, want an error matching strategy.ErrNodeClosed", err)
-	}
+	checkClosedNode(ctx, t, old, "a node that was restarted", "kit-k1-"+sku, strategy.Request{Key: "kit-k3-" + sku, User: "kit-u3", SKU: sku, TTL: time.Minute})
 	got, err := dep.Node(0).Lookup(ctx, "kit-k1-"+sku)
 	if err != nil || got.Status != strategy.StatusHeld {
 		t.Errorf("Lookup after restarting every node: %+v, %v; want HELD", got, err)
@@ -184,6 +183,65 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 	if meta.Claims.Has(strategy.SurvivesRestart) {
 		checkAudit("after restarting every node", 4, 1)
 	} // otherwise what a restart does to the counts is the restart scenario's to report
+}
+
+// checkClosedDeployment: the nodes of a closed deployment answer
+// ErrNodeClosed.
+func checkClosedDeployment(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	sku := kitSKU("closed")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	node := dep.Node(0)
+	known := strategy.Request{Key: "kit-closed-1-" + sku, User: "kit-closed-1", SKU: sku, TTL: time.Hour}
+	if res, err := reserveUnlessBusy(ctx, node, known); err != nil || res.Outcome != strategy.OutcomeHeld {
+		_ = dep.Close()
+		t.Fatalf("Reserve on a fresh SKU of 2: %s, %v; want HELD", res.Outcome, err)
+	}
+	if err := dep.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	checkClosedNode(ctx, t, node, "a node of a closed deployment", known.Key,
+		strategy.Request{Key: "kit-closed-2-" + sku, User: "kit-closed-2", SKU: sku, TTL: time.Hour})
+}
+
+// checkClosedNode: every method of a node that was restarted, or whose
+// deployment was closed, answers ErrNodeClosed. A Lookup answered from the
+// old node's memory (a cache of what it sold) would be an answer about a
+// state the node no longer follows; the caller must ask the deployment for
+// the current node. known is a key the node has seen HELD.
+func checkClosedNode(ctx context.Context, t tester, node strategy.Strategy, what, known string, req strategy.Request) {
+	t.Helper()
+	closed := func(method string, err error) {
+		if !errors.Is(err, strategy.ErrNodeClosed) {
+			t.Errorf("%s on %s: %v, want an error matching strategy.ErrNodeClosed", method, what, err)
+		}
+	}
+	_, err := node.Reserve(ctx, req)
+	closed("Reserve", err)
+	_, err = node.Lookup(ctx, known)
+	closed("Lookup", err)
+	if c, ok := node.(strategy.Confirmer); ok {
+		_, err = c.Confirm(ctx, known, strategy.ConfirmUntilExpired)
+		closed("Confirm", err)
+	}
+	if r, ok := node.(strategy.Releaser); ok {
+		_, err = r.Release(ctx, known)
+		closed("Release", err)
+	}
+	if e, ok := node.(strategy.Expirer); ok {
+		_, err = e.ExpireDue(ctx)
+		closed("ExpireDue", err)
+	}
+	if o, ok := node.(strategy.SessionOpener); ok {
+		s, err := o.OpenSession(ctx)
+		if err == nil {
+			_ = s.Rollback(ctx)
+		}
+		closed("OpenSession", err)
+	}
 }
 
 // checkNodeRange: Node(i) out of range panics with strategy.ErrNodeRange.
@@ -279,6 +337,42 @@ func checkSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 	}
 	if got := avail(); got != 2 {
 		t.Errorf("after one committed and one rolled-back attempt on 3 units: available %d, want 2", got)
+	}
+
+	// A session refuses what Reserve refuses: a SKU no deployment loaded,
+	// one another deployment loaded (whose units it would sell), a
+	// malformed request. Each is BAD_REQUEST and writes nothing.
+	otherSKU := kitSKU("sess-other")
+	other, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: otherSKU, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open of a second deployment: %v", err)
+	}
+	defer other.Close()
+	for _, c := range []struct {
+		what string
+		req  strategy.Request
+	}{
+		{"a SKU no deployment loaded", strategy.Request{Key: "kit-sess-unknown-" + sku, User: "kit-sess-bad", SKU: sku + "-unknown", TTL: time.Minute}},
+		{"a SKU another deployment loaded", strategy.Request{Key: "kit-sess-other-" + sku, User: "kit-sess-bad", SKU: otherSKU, TTL: time.Minute}},
+		{"an empty key", strategy.Request{User: "kit-sess-bad", SKU: sku, TTL: time.Minute}},
+	} {
+		s, err := opener.OpenSession(ctx)
+		if err != nil {
+			t.Fatalf("OpenSession: %v", err)
+		}
+		res, err := s.Reserve(ctx, c.req)
+		if err := s.Commit(ctx); err != nil && !errors.Is(err, strategy.ErrSessionEnded) {
+			t.Logf("Commit after a refused Session.Reserve: %v", err)
+		}
+		if res.Outcome != strategy.OutcomeBadRequest || !errors.Is(err, strategy.ErrBadRequest) {
+			t.Errorf("Session.Reserve for %s: %s, %v; want BAD_REQUEST (strategy.ErrBadRequest)", c.what, res.Outcome, err)
+		}
+	}
+	if list, err := other.Audit(ctx); err != nil || len(list) != 1 || list[0].Available != 1 || list[0].Active != 0 {
+		t.Errorf("the other deployment after sessions of this one asked for its SKU: %+v, %v; want its 1 unit available", list, err)
+	}
+	if got := avail(); got != 2 {
+		t.Errorf("after refused session requests: available %d, want 2", got)
 	}
 }
 

@@ -44,7 +44,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		claim strategy.Claims // Base: the contract itself
 	}
 	parts := []part{
-		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract",
+		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
@@ -52,11 +52,11 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
 			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base},
-		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more",
+		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more; a session refuses what Reserve refuses, another deployment's SKU included",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base},
-		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED, and USER_LIMIT only for the SKU its user holds",
+		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED (also from a user who holds the SKU under another key), and USER_LIMIT only for the SKU its user holds",
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},

@@ -96,6 +96,13 @@ func checkAnswersWhenSoldOut(t tester, meta strategy.Meta, db *pgxpool.Pool, rs 
 		other := held[0]
 		other.User = "kit-out-user-other"
 		ask(i, "a sold key from another user", other, strategy.OutcomeKeyReused)
+		// A known key is answered about its key before anything else: from
+		// a user who holds A under another key it is KEY_REUSED, not
+		// USER_LIMIT (which would tell the client to stop asking for A,
+		// when what it did wrong was to reuse a key).
+		byHolder := held[0]
+		byHolder.User = held[1].User
+		ask(i, "a sold key from the user of the other reservation of A", byHolder, strategy.OutcomeKeyReused)
 		elsewhere := held[0]
 		elsewhere.SKU = skuB
 		ask(i, "a sold key from its user for SKU B", elsewhere, strategy.OutcomeKeyReused)

@@ -159,6 +159,16 @@ const (
 	// confirmGrace: ConfirmBeforeExpiry accepts a payment up to half a
 	// second after expires_at.
 	confirmGrace
+	// limitBeforeKey: the user's other active reservation of the SKU is
+	// looked for before the key: a known key sent by a user who holds the
+	// SKU under another key is USER_LIMIT, not KEY_REUSED.
+	limitBeforeKey
+	// lookupIgnoresClosed: Lookup on a node that was restarted or closed
+	// still answers.
+	lookupIgnoresClosed
+	// sessionAnySKU: Session.Reserve validates the request's fields, not
+	// that its SKU is the deployment's.
+	sessionAnySKU
 )
 
 //go:embed schema.sql
@@ -355,7 +365,7 @@ func (n *node) check() error {
 }
 
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
-	if err := n.check(); err != nil {
+	if err := n.check(); err != nil && n.c.breaks != lookupIgnoresClosed {
 		return strategy.Reservation{}, err
 	}
 	if !strategy.Storable(key) {
@@ -452,6 +462,16 @@ func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) 
 // reserveIn is strategy A's reservation (savepoint, insert the key, take
 // the unit) with the control's mistake, if it is in this path.
 func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	if c.breaks == limitBeforeKey {
+		var has bool
+		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND request_key <> $3 AND status IN ('HELD','CONFIRMED'))`),
+			req.SKU, req.User, req.Key).Scan(&has); err != nil {
+			return strategy.Result{}, err
+		}
+		if has {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+	}
 	if c.breaks == checkThenInsert {
 		var has bool
 		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND status IN ('HELD','CONFIRMED'))`),

@@ -52,7 +52,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if err := req.Validate(); err != nil {
 		return strategy.BadRequest(err)
 	}
-	if !s.c.owns(req.SKU) {
+	if !s.c.owns(req.SKU) && s.c.breaks != sessionAnySKU {
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
 	s.mu.Lock()
