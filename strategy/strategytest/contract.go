@@ -31,7 +31,8 @@ type tester interface {
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkOddText, checkDistinctText and, for a
+// checkAnswersWhenSoldOut, checkDueHoldsItsUnit, checkExpireAllDue,
+// checkOddText, checkDistinctText and, for a
 // strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
@@ -60,6 +61,10 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: selling around it, then its late payment, oversells nothing",
+			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"one ExpireDue moves every due reservation, 1,100 of them at once",
+			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
 	}

@@ -169,6 +169,12 @@ const (
 	// sessionAnySKU: Session.Reserve validates the request's fields, not
 	// that its SKU is the deployment's.
 	sessionAnySKU
+	// lazyExpiryCount: a HELD reservation past its expires_at counts as a
+	// free unit when selling, without being moved (on a table without the
+	// CHECK): its late payment then confirms a unit sold again.
+	lazyExpiryCount
+	// expireInBatches: ExpireDue moves at most 1,000 due reservations a call.
+	expireInBatches
 )
 
 //go:embed schema.sql
@@ -564,6 +570,10 @@ func (c *control) takeUnit(ctx context.Context, tx pgx.Tx, sku string) (bool, er
 	case unconditionalDecrement:
 		_, err := tx.Exec(ctx, c.t.q(`UPDATE {stock} SET available = available - 1 WHERE sku = $1`), sku)
 		return err == nil, err
+	case lazyExpiryCount:
+		tag, err := tx.Exec(ctx, c.t.q(`UPDATE {stock} SET available = available - 1 WHERE sku = $1
+			AND available + (SELECT count(*) FROM {reservation} WHERE sku = $1 AND status = 'HELD' AND expires_at < now()) > 0`), sku)
+		return err == nil && tag.RowsAffected() == 1, err
 	case lostUpdate:
 		var avail int
 		if err := tx.QueryRow(ctx, c.t.q(`SELECT available FROM {stock} WHERE sku = $1`), sku).Scan(&avail); err != nil {
@@ -721,11 +731,15 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	case expireLag:
 		due = `now() - interval '500 milliseconds'`
 	}
+	batch := ""
+	if c.breaks == expireInBatches {
+		batch = ` AND reservation_id IN (SELECT reservation_id FROM {reservation} WHERE ` + scope + ` AND status IN (` + statuses + `) AND expires_at < ` + due + ` ORDER BY expires_at LIMIT 1000)`
+	}
 	var units int
 	err := tx.QueryRow(ctx, c.t.q(`
 		WITH moved AS (
 			UPDATE {reservation} SET status = 'EXPIRED'
-			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < `+due+` RETURNING sku),
+			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < `+due+batch+` RETURNING sku),
 		per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku),
 		upd AS (UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku RETURNING per.n)
 		SELECT coalesce(sum(n), 0) FROM upd`), c.skus).Scan(&units)

@@ -30,7 +30,7 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 	if _, err := tx.Exec(ctx, strings.ReplaceAll(schemaSQL, "ctl_", tb.prefix+"_")); err != nil {
 		return err
 	}
-	if s.b != unconditionalDecrement {
+	if s.b != unconditionalDecrement && s.b != lazyExpiryCount {
 		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {stock} ADD CONSTRAINT {stock}_range CHECK (available >= 0 AND available <= total)`)); err != nil {
 			return err
 		}

@@ -1,0 +1,159 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkDueHoldsItsUnit: a HELD reservation whose expires_at has passed
+// keeps its unit until a transition moves it. ConfirmUntilExpired confirms
+// such a reservation (the late payment of C28-08), so a strategy that sells
+// its unit first, counting due rows as free without moving them, sells one
+// unit twice. A strategy may expire due rows itself before it sells (lazy
+// expiry), as long as it moves them: then the late confirm finds them
+// EXPIRED. The scenarios always run the expiry job before they sell again;
+// here one reservation is made due, the SKU is sold out around it, and
+// only then does the late payment arrive.
+func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("due-holds")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	ager, ok := dep.(strategy.Ager)
+	if !ok {
+		t.Skip("no MakeDue (strategy.Ager): a due reservation cannot be made without waiting for its TTL")
+	}
+	node := dep.Node(0)
+	req := func(i int) strategy.Request {
+		return strategy.Request{Key: fmt.Sprintf("kit-due-holds-%d-%s", i, sku), User: fmt.Sprintf("kit-due-holds-%d", i), SKU: sku, TTL: time.Hour}
+	}
+	if res, err := reserveUnlessBusy(ctx, node, req(1)); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve 1 of 2 units: %s, %v; want HELD", res.Outcome, err)
+	}
+	if n, err := ager.MakeDue(ctx, []string{req(1).Key}); err != nil || n != 1 {
+		t.Fatalf("MakeDue: %d, %v; want 1", n, err)
+	}
+	answers := ""
+	for i := 2; i <= 3; i++ {
+		res, err := reserveUnlessBusy(ctx, node, req(i))
+		if err != nil {
+			t.Fatalf("Reserve %d while reservation 1 is due and unmoved: %v", i, err)
+		}
+		answers += fmt.Sprintf(" %s", res.Outcome)
+	}
+	audit := func(when string) {
+		t.Helper()
+		list, err := dep.Audit(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("Audit %s: %+v, %v", when, list, err)
+		}
+		if a := list[0]; a.Active > a.Total || a.Available < 0 || a.Drift() != 0 {
+			t.Errorf("%s: audit %+v (2 more requests answered%s after reservation 1 of 2 units fell due): a due HELD reservation holds its unit until a transition moves it",
+				when, a, answers)
+		}
+	}
+	audit("after selling around a due reservation")
+	if c, ok := node.(strategy.Confirmer); ok {
+		moved, err := c.Confirm(ctx, req(1).Key, strategy.ConfirmUntilExpired)
+		if err != nil {
+			t.Fatalf("Confirm (until expired) of the due reservation: %v", err)
+		}
+		audit(fmt.Sprintf("after its late payment (confirm moved %v)", moved))
+	}
+	if e, ok := node.(strategy.Expirer); ok {
+		if _, err := e.ExpireDue(ctx); err != nil {
+			t.Fatalf("ExpireDue: %v", err)
+		}
+		audit("after the expiry job")
+	}
+}
+
+// dueAtOnce is how many reservations checkExpireAllDue makes due at once:
+// more than the batch sizes a job that works in batches would pick (100,
+// 500, 1000).
+const dueAtOnce = 1100
+
+// checkExpireAllDue: one ExpireDue moves every due HELD reservation of the
+// deployment, however many there are. A job that moves a batch (LIMIT 1000)
+// and returns leaves the rest HELD past their expires_at, holding units
+// nobody can buy, until a later run that the contract does not promise; no
+// scenario has more than a few hundred reservations due at once.
+func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const skus, perSKU = 4, dueAtOnce / 4
+	base := kitSKU("due-all")
+	var stock []strategy.Stock
+	for i := 0; i < skus; i++ {
+		stock = append(stock, strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: perSKU})
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	ager, isAger := dep.(strategy.Ager)
+	expirer, isExpirer := dep.Node(0).(strategy.Expirer)
+	if !isAger || !isExpirer {
+		t.Skip("no expiry job with MakeDue (strategy.Expirer, strategy.Ager)")
+	}
+	keys := make([]string, dueAtOnce)
+	var (
+		mu    sync.Mutex
+		wrong []string
+	)
+	// 16 at a time, spread over the SKUs: the check is about the job, not
+	// about contention.
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range keys {
+		keys[i] = fmt.Sprintf("kit-due-all-%04d-%s", i, base)
+		req := strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-due-all-%04d", i), SKU: stock[i%skus].SKU, TTL: time.Hour}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if res, err := reserveUnlessBusy(ctx, dep.Node(0), req); err != nil || res.Outcome != strategy.OutcomeHeld {
+				mu.Lock()
+				wrong = append(wrong, fmt.Sprintf("%s: %s, %v", req.Key, res.Outcome, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(wrong) > 0 {
+		t.Fatalf("%d of %d reservations on %d units not HELD: %s", len(wrong), dueAtOnce, dueAtOnce, sample(wrong))
+	}
+	if n, err := ager.MakeDue(ctx, keys); err != nil || n != dueAtOnce {
+		t.Fatalf("MakeDue of %d reservations: %d, %v", dueAtOnce, n, err)
+	}
+	units, err := expirer.ExpireDue(ctx)
+	if err != nil {
+		t.Fatalf("ExpireDue: %v", err)
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	active := 0
+	for _, a := range list {
+		active += a.Active
+	}
+	if units != dueAtOnce || active != 0 {
+		t.Errorf("one ExpireDue with %d reservations due: %d units given back, %d reservations still active; want %d and 0 (a job may not stop at a batch)",
+			dueAtOnce, units, active, dueAtOnce)
+	}
+}
