@@ -34,8 +34,17 @@ type Database struct {
 	AsAppRole bool
 }
 
-// CreateDatabase creates a new, uniquely named database and grants AppRole
-// what strategies need in it.
+// TimeZone is the TimeZone setting of every database CreateDatabase
+// creates: not UTC, and not a whole number of hours from it, so that a
+// strategy that stores expires_at as a timestamp without time zone (a wall
+// clock reading in the session's zone, read back as if it were UTC), or
+// that formats or parses a time in the server's zone, is off by 5 h 45 min
+// and fails the expiry checks. A server in UTC, as CI machines and
+// containers usually are, hides that mistake.
+const TimeZone = "Asia/Kathmandu"
+
+// CreateDatabase creates a new, uniquely named database, in TimeZone, and
+// grants AppRole what strategies need in it.
 func (s *Server) CreateDatabase(ctx context.Context, prefix string) (*Database, error) {
 	name := prefix + "_" + randomSuffix()
 	admin, err := pgx.Connect(ctx, s.admin())
@@ -45,6 +54,10 @@ func (s *Server) CreateDatabase(ctx context.Context, prefix string) (*Database, 
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("pgtest: create database %s: %w", name, err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET timezone = '"+TimeZone+"'"); err != nil {
+		_ = s.DropDatabase(ctx, name)
+		return nil, fmt.Errorf("pgtest: time zone of database %s: %w", name, err)
 	}
 	db := &Database{Server: s, Name: name, AdminDSN: s.AdminDSN(name), DSN: s.AdminDSN(name)}
 	role, err := s.ensureAppRole(ctx, admin)

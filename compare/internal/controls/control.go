@@ -175,6 +175,9 @@ const (
 	lazyExpiryCount
 	// expireInBatches: ExpireDue moves at most 1,000 due reservations a call.
 	expireInBatches
+	// expiresWithoutZone: expires_at is a timestamp without time zone: the
+	// session's wall clock, read back as if it were UTC.
+	expiresWithoutZone
 )
 
 //go:embed schema.sql

@@ -35,6 +35,11 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 			return err
 		}
 	}
+	if s.b == expiresWithoutZone {
+		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {reservation} ALTER COLUMN expires_at TYPE timestamp`)); err != nil {
+			return err
+		}
+	}
 	if s.b == keyColumnNarrow {
 		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {reservation} ALTER COLUMN request_key TYPE varchar(64)`)); err != nil {
 			return err
