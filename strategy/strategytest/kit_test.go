@@ -78,10 +78,11 @@ func fakeOpen(cfg strategy.Config, broken, attach bool) (strategy.Deployment, er
 }
 
 type fakeDeployment struct {
-	store *fakeStore
-	skus  []string
-	nodes int
-	epoch map[int]int // restarts per node, under store.mu
+	store  *fakeStore
+	skus   []string
+	nodes  int
+	epoch  map[int]int // restarts per node, under store.mu
+	closed bool        // under store.mu
 }
 
 func (d *fakeDeployment) Node(i int) strategy.Strategy {
@@ -99,7 +100,26 @@ func (d *fakeDeployment) Restart(_ context.Context, i int) error {
 	return nil
 }
 
-func (d *fakeDeployment) Close() error { return nil }
+func (d *fakeDeployment) Close() error {
+	d.store.mu.Lock()
+	defer d.store.mu.Unlock()
+	d.closed = true
+	return nil
+}
+
+// gone reports whether the node was restarted or its deployment closed;
+// store.mu is held.
+func (n *fakeNode) gone() bool { return n.d.closed || n.d.epoch[n.node] != n.epoch }
+
+// check is gone as the error a closed node answers.
+func (n *fakeNode) check() error {
+	n.d.store.mu.Lock()
+	defer n.d.store.mu.Unlock()
+	if n.gone() {
+		return strategy.ErrNodeClosed
+	}
+	return nil
+}
 
 func (d *fakeDeployment) Audit(context.Context) ([]strategy.StockAudit, error) {
 	s := d.store
@@ -148,7 +168,7 @@ func (n *fakeNode) Reserve(_ context.Context, req strategy.Request) (strategy.Re
 	s := n.d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n.d.epoch[n.node] != n.epoch {
+	if n.gone() {
 		return strategy.Result{}, strategy.ErrNodeClosed
 	}
 	stock := s.stock[req.SKU]
@@ -180,6 +200,9 @@ func (n *fakeNode) Reserve(_ context.Context, req strategy.Request) (strategy.Re
 }
 
 func (n *fakeNode) Lookup(_ context.Context, key string) (strategy.Reservation, error) {
+	if err := n.check(); err != nil {
+		return strategy.Reservation{}, err
+	}
 	s := n.d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,6 +231,9 @@ func (n *fakeNode) move(key string, to strategy.Status, due bool) int {
 }
 
 func (n *fakeNode) Confirm(_ context.Context, key string, mode strategy.ConfirmMode) (bool, error) {
+	if err := n.check(); err != nil {
+		return false, err
+	}
 	if mode == strategy.ConfirmBeforeExpiry {
 		if r, _ := n.Lookup(context.Background(), key); r.ExpiresAt.Before(time.Now()) {
 			return false, nil
@@ -217,10 +243,16 @@ func (n *fakeNode) Confirm(_ context.Context, key string, mode strategy.ConfirmM
 }
 
 func (n *fakeNode) Release(_ context.Context, key string) (int, error) {
+	if err := n.check(); err != nil {
+		return 0, err
+	}
 	return n.move(key, strategy.StatusReleased, false), nil
 }
 
 func (n *fakeNode) ExpireDue(context.Context) (int, error) {
+	if err := n.check(); err != nil {
+		return 0, err
+	}
 	s := n.d.store
 	s.mu.Lock()
 	var due []string
