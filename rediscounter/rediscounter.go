@@ -69,6 +69,10 @@ const (
 	// (the user holds one that Redis had forgotten) keeps the unit its
 	// script took instead of giving it back.
 	KeepUnitOnUserLimit
+	// RecoverCountOnly: KeepRecover rebuilds the counter from PostgreSQL
+	// but not the key and user markers, so a reservation sold before Redis
+	// lost its data gives no unit back when it is released or expires.
+	RecoverCountOnly
 )
 
 func (o Options) keep() Keep {

@@ -206,6 +206,9 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool) error {
 			return fmt.Errorf("recount %q: %w", sku, err)
 		}
 		units -= len(pairs) / 2
+		if d.mistake == RecoverCountOnly {
+			pairs = nil
+		}
 	}
 	f := "0"
 	if force {

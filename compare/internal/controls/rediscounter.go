@@ -8,8 +8,14 @@ import (
 // counterMistakes are rediscounter with one mistake in its give-back,
 // claiming what rediscounter claims.
 func counterMistakes() []Control {
-	return []Control{fromStrategy(rediscounter.New(rediscounter.Options{Mistake: rediscounter.KeepUnitOnUserLimit}),
-		"ctl-counter-keeps-limit-unit", "rediscounter with one mistake", "seed 002",
-		"a request the per-user index refuses (its user holds a unit Redis forgot) keeps the unit the script took",
-		expect("redis-restart", strategy.Conserves))}
+	return []Control{
+		fromStrategy(rediscounter.New(rediscounter.Options{Mistake: rediscounter.KeepUnitOnUserLimit}),
+			"ctl-counter-keeps-limit-unit", "rediscounter with one mistake", "seed 002",
+			"a request the per-user index refuses (its user holds a unit Redis forgot) keeps the unit the script took",
+			expect("redis-restart", strategy.Conserves)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Keep: rediscounter.KeepRecover, Mistake: rediscounter.RecoverCountOnly}),
+			"ctl-counter-recovers-count-only", "rediscounter-recover with one mistake", "seed 002",
+			"after Redis restarts empty it rebuilds the counter from PostgreSQL but not the markers: a unit released or expired from an earlier reservation never comes back",
+			expect("redis-restart", strategy.SurvivesRestart)),
+	}
 }
