@@ -73,6 +73,9 @@ const (
 	// but not the key and user markers, so a reservation sold before Redis
 	// lost its data gives no unit back when it is released or expires.
 	RecoverCountOnly
+	// ErrorIsBusy: any error of the take script is answered BUSY (nothing
+	// written), also a reply that timed out after Redis ran the script.
+	ErrorIsBusy
 )
 
 func (o Options) keep() Keep {

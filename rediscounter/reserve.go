@@ -65,7 +65,7 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool
 	}
 	got, err := d.take(ctx, req)
 	switch {
-	case isDown(err):
+	case isDown(err), err != nil && d.mistake == ErrorIsBusy:
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the script never reached Redis
 	case err != nil:
 		return strategy.Result{}, fmt.Errorf("take: %w", err) // it may or may not have run: resend

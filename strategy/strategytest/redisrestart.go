@@ -157,6 +157,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 		if err := t.killInFlight(ctx, srv); err != nil {
 			return err
 		}
+		if err := t.stallInFlight(ctx); err != nil {
+			return err
+		}
 	}
 	return t.resendUnknown(ctx)
 }

@@ -17,5 +17,9 @@ func counterMistakes() []Control {
 			"ctl-counter-recovers-count-only", "rediscounter-recover with one mistake", "seed 002",
 			"after Redis restarts empty it rebuilds the counter from PostgreSQL but not the markers: a unit released or expired from an earlier reservation never comes back",
 			expect("redis-restart", strategy.SurvivesRestart)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Keep: rediscounter.KeepRecover, Mistake: rediscounter.ErrorIsBusy}),
+			"ctl-counter-error-is-busy", "rediscounter-recover with one mistake", "seed 002",
+			"any error of the take script is answered BUSY (nothing written), also a reply that timed out after Redis ran it",
+			expect("redis-restart", contract)),
 	}
 }

@@ -1,0 +1,138 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// redisPause is how long stallInFlight keeps Redis busy: longer than the
+// 2 to 3 s a client usually waits for a reply (go-redis's default
+// ReadTimeout is 3 s), shorter than the 5 s after which Redis answers the
+// commands it holds with BUSY errors instead of running them.
+const redisPause = 4 * time.Second
+
+// busyScript keeps Redis busy for ARGV[1] microseconds. Redis runs one
+// script at a time and reads no socket meanwhile, so the commands clients
+// send are run once it ends, also those of a client that gave up waiting
+// and closed its connection: its command was read with the close. (CLIENT
+// PAUSE does not do that: Redis keeps reading, sees the close and drops
+// the command.)
+var busyScript = redis.NewScript(`
+local t = redis.call('TIME')
+local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+repeat t = redis.call('TIME') until tonumber(t[1]) * 1000000 + tonumber(t[2]) >= stop
+return 1
+`)
+
+// stallInFlight (redis-restart): Redis is kept busy for redisPause by a
+// script of the harness's own while requests are sent to a deployment of
+// its own. A request whose client gave up before the reply does not know
+// whether its command ran, and it did run, after the script: such a
+// request is unknown, to be resolved by sending it again, never BUSY,
+// which says nothing was written. The requests that got no answer are sent
+// again; the BUSY ones are not, as a client told BUSY may walk away; the
+// audit must then balance. A design that keeps nothing in Redis that a
+// lost reply leaves behind passes whatever it answers.
+func (t *trial) stallInFlight(ctx context.Context) error {
+	in := t.in
+	plain := in.Stock[0].SKU + "-stall"
+	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: in.Stock[0].Total}}, Nodes: in.Nodes, Resources: t.cfg.Resources}
+	dep, err := t.env.Meta.Open(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open the stall deployment: %w", err)
+	}
+	defer dep.Close()
+	opt, err := redis.ParseURL(t.cfg.Resources[strategy.Redis])
+	if err != nil {
+		return fmt.Errorf("stall: %w", err)
+	}
+	opt.ReadTimeout = redisPause + 30*time.Second // the harness's own client waits the pause out
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+
+	send := func(proc string, i int, req strategy.Request) Op {
+		op := Op{Process: proc, Node: i % cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
+		res, err := dep.Node(i%cfg.NodeCount()).Reserve(ctx, req)
+		return t.hist.End(reserveOp(op, res, err))
+	}
+	req := func(i int) strategy.Request {
+		return strategy.Request{Key: t.key(fmt.Sprintf("req-stall-%03d", i)), User: t.user(fmt.Sprintf("user-stall-%03d", i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
+	}
+	// One request first, so that every node has its connections open and
+	// what the pause holds is a reply, not a dial.
+	if op := send("s-warm", 0, req(0)); op.Outcome != strategy.OutcomeHeld {
+		return fmt.Errorf("stall: the first request on a fresh SKU: %s %s", op.Outcome, op.Err)
+	}
+	if err := busyScript.Load(ctx, rdb).Err(); err != nil {
+		return fmt.Errorf("stall: load the busy script: %w", err)
+	}
+	busyDone := make(chan error, 1)
+	go func() { busyDone <- busyScript.Run(ctx, rdb, nil, redisPause.Microseconds()).Err() }()
+	// The script runs once a PING goes unanswered: read from the server,
+	// not assumed after a delay. A PING that timed out on a loaded machine
+	// only means the requests may meet a shorter stall.
+	probeOpt := *opt
+	probeOpt.ReadTimeout, probeOpt.MaxRetries, probeOpt.PoolSize = 100*time.Millisecond, -1, 1
+	probe := redis.NewClient(&probeOpt)
+	defer probe.Close()
+	for {
+		if err := probe.Ping(ctx).Err(); err != nil {
+			break
+		}
+		select {
+		case err := <-busyDone:
+			return fmt.Errorf("stall: the busy script ended before a PING went unanswered: %v", err)
+		default:
+		}
+	}
+	n := in.Requests
+	ops := make([]Op, n)
+	Together(n, func(i int) { ops[i] = send(fmt.Sprintf("s-c%d", i), i, req(i+1)) })
+	if err := <-busyDone; err != nil {
+		return fmt.Errorf("stall: the busy script: %w", err)
+	}
+	// After the script Redis reads what it held; a PING sent now is read
+	// after it.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("stall: PING after the pause: %w", err)
+	}
+	busy, unknown, unresolved := 0, 0, 0
+	for i, op := range ops {
+		switch {
+		case op.Type == OpInfo:
+			unknown++
+			for try := 0; ; try++ {
+				again := send(op.Process+"'", i, op.Req)
+				if again.Type == OpInfo {
+					unresolved++
+				}
+				if again.Outcome != strategy.OutcomeBusy || try >= busyResends || ctx.Err() != nil {
+					break
+				}
+			}
+		case op.Outcome == strategy.OutcomeBusy:
+			busy++
+		}
+	}
+	audits, err := dep.Audit(ctx)
+	if err != nil {
+		return err
+	}
+	if len(audits) != 1 {
+		return fmt.Errorf("stall audit: %d rows, want 1", len(audits))
+	}
+	a := audits[0]
+	t.vary("stall: BUSY while Redis was paused", busy)
+	t.vary("stall: no answer while Redis was paused", unknown)
+	t.fact("stall", "%s: Redis kept busy %s by a script with %d requests sent; the unanswered sent again, the BUSY ones not", plain, redisPause, n)
+	t.check(Base, "stall: every unanswered request gets an answer when sent again", unresolved == 0,
+		fmt.Sprintf("%d requests still got no answer once Redis served again", unresolved))
+	t.check(Base, "stall: a request answered BUSY while Redis held its command wrote nothing (total - available == active)", a.Drift() == 0,
+		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d, with %d BUSY answers not sent again", plain, a.Total, a.Available, a.Active, a.Drift(), busy))
+	return nil
+}
