@@ -41,10 +41,9 @@ return 1
 func (t *trial) stallInFlight(ctx context.Context) error {
 	in := t.in
 	plain := in.Stock[0].SKU + "-stall"
-	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: in.Stock[0].Total}}, Nodes: in.Nodes, Resources: t.cfg.Resources}
-	dep, err := t.env.Meta.Open(ctx, cfg)
+	dep, send, err := t.sideDeployment(ctx, plain)
 	if err != nil {
-		return fmt.Errorf("open the stall deployment: %w", err)
+		return err
 	}
 	defer dep.Close()
 	opt, err := redis.ParseURL(t.cfg.Resources[strategy.Redis])
@@ -55,11 +54,6 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
-	send := func(proc string, i int, req strategy.Request) Op {
-		op := Op{Process: proc, Node: i % cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
-		res, err := dep.Node(i%cfg.NodeCount()).Reserve(ctx, req)
-		return t.hist.End(reserveOp(op, res, err))
-	}
 	req := func(i int) strategy.Request {
 		return strategy.Request{Key: t.key(fmt.Sprintf("req-stall-%03d", i)), User: t.user(fmt.Sprintf("user-stall-%03d", i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
 	}
