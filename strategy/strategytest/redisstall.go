@@ -19,9 +19,7 @@ const redisPause = 4 * time.Second
 // busyScript keeps Redis busy for ARGV[1] microseconds. Redis runs one
 // script at a time and reads no socket meanwhile, so the commands clients
 // send are run once it ends, also those of a client that gave up waiting
-// and closed its connection: its command was read with the close. (CLIENT
-// PAUSE does not do that: Redis keeps reading, sees the close and drops
-// the command.)
+// and closed its connection: Redis reads its command before the close.
 var busyScript = redis.NewScript(`
 local t = redis.call('TIME')
 local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
