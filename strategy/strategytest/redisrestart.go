@@ -313,14 +313,10 @@ func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error
 	t.check(Base, "in flight: every unanswered request gets an answer when sent again", unresolved == 0,
 		"some requests still got no answer once Redis was back (counts in last-run.json)")
 	Together(in.ThenRequests, func(i int) { definite(fmt.Sprintf("f-n%d", i), i, req("after", i)) })
-	audits, err := dep.Audit(ctx)
+	a, err := soleAudit(ctx, dep, "in-flight")
 	if err != nil {
 		return err
 	}
-	if len(audits) != 1 {
-		return fmt.Errorf("in-flight audit: %d rows, want 1", len(audits))
-	}
-	a := audits[0]
 	t.vary("in flight: oversold", a.Oversold())
 	t.vary("in flight: drift", a.Drift())
 	t.fact("in flight", "%s: Redis SIGKILLed after the first of %d answers, restarted on its files; unanswered requests sent again, then %d more",
@@ -348,6 +344,18 @@ func (t *trial) sideDeployment(ctx context.Context, plain string) (strategy.Depl
 		return t.hist.End(reserveOp(op, res, err))
 	}
 	return dep, send, nil
+}
+
+// soleAudit is the audit of a side deployment's one SKU.
+func soleAudit(ctx context.Context, dep strategy.Deployment, what string) (strategy.StockAudit, error) {
+	audits, err := dep.Audit(ctx)
+	if err != nil {
+		return strategy.StockAudit{}, fmt.Errorf("%s audit: %w", what, err)
+	}
+	if len(audits) != 1 {
+		return strategy.StockAudit{}, fmt.Errorf("%s audit: %d rows, want 1", what, len(audits))
+	}
+	return audits[0], nil
 }
 
 func unknownNote(n int) string {

@@ -111,14 +111,10 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 			busy++
 		}
 	}
-	audits, err := dep.Audit(ctx)
+	a, err := soleAudit(ctx, dep, "stall")
 	if err != nil {
 		return err
 	}
-	if len(audits) != 1 {
-		return fmt.Errorf("stall audit: %d rows, want 1", len(audits))
-	}
-	a := audits[0]
 	t.vary("stall: BUSY while Redis was paused", busy)
 	t.vary("stall: no answer while Redis was paused", unknown)
 	t.fact("stall", "%s: Redis kept busy %s by a script with %d requests sent; the unanswered sent again, the BUSY ones not", plain, redisPause, n)

@@ -184,10 +184,7 @@ const (
 var schemaSQL string
 
 func meta(s spec) strategy.Meta {
-	if s.reserveOnly {
-		return reserveOnlyMeta(s)
-	}
-	return strategy.Meta{
+	m := strategy.Meta{
 		Name:        s.name,
 		Description: "negative control: strategy A with one deliberate mistake",
 		Correctness: "none: it claims what it cannot keep",
@@ -200,6 +197,10 @@ func meta(s spec) strategy.Meta {
 		},
 		Setup: setupOf(s),
 	}
+	if s.reserveOnly {
+		return reserveOnlyMeta(m)
+	}
+	return m
 }
 
 // tables are a control's table names: its own set, so controls never share
