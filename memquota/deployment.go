@@ -248,8 +248,10 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if i < 0 || i >= len(d.nodes) {
 		return fmt.Errorf("memquota: restart: %w: node %d of %d", strategy.ErrNodeRange, i, len(d.nodes))
 	}
-	d.life.Lock()
-	defer d.life.Unlock()
+	if !d.opts.RestartWithoutDrain {
+		d.life.Lock()
+		defer d.life.Unlock()
+	}
 	if d.closed.Load() {
 		return fmt.Errorf("memquota: restart node %d: %w", i, strategy.ErrNodeClosed)
 	}

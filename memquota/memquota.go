@@ -146,6 +146,12 @@ type Options struct {
 	// Restart is what a node's counters start from after Deployment.Restart,
 	// and in a deployment opened with Meta.Attach.
 	Restart RestartMode
+	// RestartWithoutDrain is a deliberate mistake, for the negative
+	// controls of table 28-1 only (package compare): Restart recounts the
+	// log without waiting for the node's requests in flight, so a request
+	// that took its unit and commits after the recount has its unit sold
+	// again.
+	RestartWithoutDrain bool
 }
 
 func (o Options) validate() error {

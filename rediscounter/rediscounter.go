@@ -4,7 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +78,11 @@ const (
 	// ErrorIsBusy: any error of the take script is answered BUSY (nothing
 	// written), also a reply that timed out after Redis ran the script.
 	ErrorIsBusy
+	// RestartRecountsCommitted: KeepRecover's restart recounts from the
+	// committed reservations alone, at once: a request in flight, on the
+	// restarted node or another, that took its unit and commits after the
+	// read has its unit sold again.
+	RestartRecountsCommitted
 )
 
 func (o Options) keep() Keep {
@@ -177,7 +184,7 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	}
 	d := newDeployment(cfg, opts, rdb)
 	for _, s := range cfg.Stock {
-		if err := d.load(ctx, s.SKU, true); err != nil {
+		if err := d.load(ctx, s.SKU, true, ""); err != nil {
 			_ = rdb.Close()
 			return nil, fmt.Errorf("%s: open: %w", Name, err)
 		}
@@ -223,7 +230,8 @@ func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Cli
 }
 
 func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deployment {
-	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), mistake: opts.Mistake, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount()}
+	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), mistake: opts.Mistake, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount(),
+		inFlight: make([]sync.RWMutex, cfg.NodeCount())}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -241,6 +249,9 @@ type Deployment struct {
 	skus    []string
 	owns    pgstrategy.SKUs
 	nodes   int
+	// inFlight[i] is held shared by node i's reservations and exclusively
+	// by its restart, which recounts only once they have ended.
+	inFlight []sync.RWMutex
 }
 
 var (
@@ -254,25 +265,35 @@ var (
 	_ strategy.Expirer        = (*node)(nil)
 )
 
-// keys are the Redis keys of a SKU: stock, key markers, user markers.
+// keys are the Redis keys of a SKU: stock, key markers, user markers, the
+// node of each key marker.
 func keys(sku string) []string {
 	p := "reservebench:rediscounter:{" + sku + "}:"
-	return []string{p + "stock", p + "keys", p + "users"}
+	return []string{p + "stock", p + "keys", p + "users", p + "nodes"}
 }
 
 // Restart closes node i and opens it again. KeepRecover recounts every
-// SKU from PostgreSQL as it starts (the counter and the markers are
-// replaced by what the log says); the other variants find the counter as
+// SKU from PostgreSQL as it starts: it first waits for node i's requests
+// in flight, then replaces the counter and the markers by what the log
+// says, keeping the units of other nodes' requests that took theirs and
+// have not committed (loadScript). The other variants find the counter as
 // Redis kept it.
 func (d *Deployment) Restart(ctx context.Context, i int) error {
+	if d.keep != KeepRecover || i < 0 || i >= d.nodes {
+		return d.Handles.Restart(ctx, i)
+	}
+	node := strconv.Itoa(i)
+	if d.mistake == RestartRecountsCommitted {
+		node = ""
+	} else {
+		d.inFlight[i].Lock()
+		defer d.inFlight[i].Unlock()
+	}
 	if err := d.Handles.Restart(ctx, i); err != nil {
 		return err
 	}
-	if d.keep != KeepRecover {
-		return nil
-	}
 	for _, sku := range d.skus {
-		if err := d.load(ctx, sku, true); err != nil {
+		if err := d.load(ctx, sku, true, node); err != nil {
 			return fmt.Errorf("%s: restart node %d: %w", Name, i, err)
 		}
 	}

@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 	for _, k := range rediscounter.Keeps[1:] {
 		t.Run(string(k), func(t *testing.T) {
 			strategytest.RunWith(t, rediscounter.New(rediscounter.Options{Keep: k}), pgtest.Pools,
-				strategytest.Options{Only: []string{"restart", "node-death", "redis-restart", "server-crash", "storm"}})
+				strategytest.Options{Only: []string{"restart", "restart-in-flight", "node-death", "redis-restart", "server-crash", "storm"}})
 		})
 	}
 }

@@ -45,7 +45,13 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if res, err := n.Admit(n.d.owns, req); err != nil {
 		return res, err
 	}
-	res, err := n.d.reserve(ctx, req, false)
+	i := n.Index()
+	n.d.inFlight[i].RLock()
+	defer n.d.inFlight[i].RUnlock()
+	if err := n.Check(); err != nil {
+		return strategy.Result{}, err // restarted while this request waited for the restart
+	}
+	res, err := n.d.reserve(ctx, req, i, false)
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("%s: reserve %q: %w", Name, req.Key, err)
 	}
@@ -55,15 +61,15 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 // errDied is what a request killed between the script and the insert sees.
 var errDied = errors.New("the request died between the Redis decrement and the PostgreSQL insert")
 
-// reserve is Reserve's work; die stops it after the script.
-func (d *Deployment) reserve(ctx context.Context, req strategy.Request, die bool) (strategy.Result, error) {
+// reserve is Reserve's work on node i; die stops it after the script.
+func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, die bool) (strategy.Result, error) {
 	if r, found, err := d.lookup(ctx, req.Key); err != nil || found {
 		if err != nil {
 			return strategy.Result{}, err
 		}
 		return pgstrategy.KnownKey(req, r), nil
 	}
-	got, err := d.take(ctx, req)
+	got, err := d.take(ctx, req, i)
 	switch {
 	case isDown(err), err != nil && d.mistake == ErrorIsBusy:
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the script never reached Redis
@@ -171,17 +177,17 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 	}
 }
 
-// take runs takeScript, loading a missing counter once.
-func (d *Deployment) take(ctx context.Context, req strategy.Request) (int64, error) {
+// take runs takeScript for node i, loading a missing counter once.
+func (d *Deployment) take(ctx context.Context, req strategy.Request, i int) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		got, err := takeScript.Run(ctx, d.rdb, keys(req.SKU), req.Key, req.User).Int64()
+		got, err := takeScript.Run(ctx, d.rdb, keys(req.SKU), req.Key, req.User, i).Int64()
 		if err != nil || got != takeNotLoaded {
 			return got, err
 		}
 		if attempt > 0 {
 			return 0, fmt.Errorf("the counter of %q is still missing after loading it", req.SKU)
 		}
-		if err := d.load(ctx, req.SKU, false); err != nil {
+		if err := d.load(ctx, req.SKU, false, ""); err != nil {
 			return 0, err
 		}
 	}
@@ -189,8 +195,9 @@ func (d *Deployment) take(ctx context.Context, req strategy.Request) (int64, err
 
 // load sets the counter (and markers) of sku: from the config, or, for
 // KeepRecover, from the active reservations in PostgreSQL. Without force
-// it only fills a missing counter.
-func (d *Deployment) load(ctx context.Context, sku string, force bool) error {
+// it only fills a missing counter. node is the restarted node (loadScript
+// keeps the other nodes' units in flight), or "".
+func (d *Deployment) load(ctx context.Context, sku string, force bool, node string) error {
 	units := d.owns[sku]
 	var pairs []any
 	if d.keep == KeepRecover {
@@ -214,7 +221,7 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool) error {
 	if force {
 		f = "1"
 	}
-	args := append([]any{f, strconv.Itoa(units)}, pairs...)
+	args := append([]any{f, strconv.Itoa(units), node}, pairs...)
 	if err := loadScript.Run(ctx, d.rdb, keys(sku), args...).Err(); err != nil {
 		return fmt.Errorf("load counter of %q: %w", sku, err)
 	}
@@ -256,7 +263,7 @@ func (d *Deployment) CrashMidReserve(ctx context.Context, i int, req strategy.Re
 	if err := d.owns.Check(req); err != nil {
 		return err
 	}
-	_, err := d.reserve(ctx, req, true)
+	_, err := d.reserve(ctx, req, i, true)
 	if err == nil {
 		return fmt.Errorf("%s: crash mid-reserve %q: the request did not reach the script", Name, req.Key)
 	}

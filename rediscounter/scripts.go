@@ -3,11 +3,14 @@ package rediscounter
 import "github.com/redis/go-redis/v9"
 
 // The Lua scripts. Redis runs each atomically: no other command runs
-// between its check and its write. Per SKU there are three keys:
+// between its check and its write. Per SKU there are four keys:
 //
 //	{sku}:stock   the units left (a string holding an integer)
 //	{sku}:keys    hash request key -> user: the keys that took a unit
 //	{sku}:users   hash user -> request key: who holds a unit of the SKU
+//	{sku}:nodes   hash request key -> node: the node that took (or last
+//	              resent) it, so a node's restart can tell its own dead
+//	              requests from another node's live ones (loadScript)
 //
 // The markers make a resend safe: a request whose unit was taken but
 // whose row never reached PostgreSQL finds its key in {sku}:keys and goes
@@ -24,11 +27,15 @@ const (
 	takeKeyOther  = 4 // the key took a unit for another user, not yet in PostgreSQL
 )
 
-// takeScript: KEYS stock, keys, users; ARGV key, user.
+// takeScript: KEYS stock, keys, users, nodes; ARGV key, user, node. A
+// resend marks the key as its own node's: the unit is in flight there now.
 var takeScript = redis.NewScript(`
 local owner = redis.call('HGET', KEYS[2], ARGV[1])
 if owner then
-  if owner == ARGV[2] then return 2 end
+  if owner == ARGV[2] then
+    redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+    return 2
+  end
   return 4
 end
 local s = redis.call('GET', KEYS[1])
@@ -38,14 +45,16 @@ if tonumber(s) <= 0 then return 0 end
 redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 return 1
 `)
 
 // giveBackScript returns the unit of a key that is still marked, once:
-// KEYS stock, keys, users; ARGV key, user. It answers 1 if it gave a unit
-// back. A stock key that is gone (Redis restarted) gets nothing: whatever
-// reloads it counts from scratch.
+// KEYS stock, keys, users, nodes; ARGV key, user. It answers 1 if it gave
+// a unit back. A stock key that is gone (Redis restarted) gets nothing:
+// whatever reloads it counts from scratch.
 var giveBackScript = redis.NewScript(`
+redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('HDEL', KEYS[2], ARGV[1]) == 0 then return 0 end
 if redis.call('HGET', KEYS[3], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[2]) end
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
@@ -53,16 +62,43 @@ return 1
 `)
 
 // loadScript sets the stock and the markers of a SKU: KEYS stock, keys,
-// users; ARGV force ("1" replaces what is there, "0" only loads a missing
-// stock key), units, then key, user pairs of the active reservations.
-// It answers 1 if it loaded.
+// users, nodes; ARGV force ("1" replaces what is there, "0" only loads a
+// missing stock key), units (the total less the active reservations read),
+// node, then key, user pairs of the active reservations. It answers 1 if it
+// loaded.
+//
+// With a node (a restart of that node, which has waited for its own
+// requests) a marked key that is not among the active reservations and
+// was taken by another node stays marked and keeps its unit: that node's
+// request may be between its script and its insert, and its row then
+// commits after the read. The restarted node's own such keys died with
+// its requests, and their units come back. Without a node (Redis lost the
+// counter, and every marker with it) the reservations are all there is.
 var loadScript = redis.NewScript(`
 if ARGV[1] == '0' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('SET', KEYS[1], ARGV[2])
-for i = 3, #ARGV, 2 do
+local active = {}
+for i = 4, #ARGV, 2 do active[ARGV[i]] = true end
+local kept = {}
+if ARGV[3] ~= '' then
+  local taken = redis.call('HGETALL', KEYS[4])
+  for i = 1, #taken, 2 do
+    local k, n = taken[i], taken[i+1]
+    if n ~= ARGV[3] and not active[k] then
+      local u = redis.call('HGET', KEYS[2], k)
+      if u then kept[#kept+1] = {k, u, n} end
+    end
+  end
+end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('SET', KEYS[1], tonumber(ARGV[2]) - #kept)
+for i = 4, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1])
   redis.call('HSET', KEYS[3], ARGV[i+1], ARGV[i])
+end
+for _, e in ipairs(kept) do
+  redis.call('HSET', KEYS[2], e[1], e[2])
+  redis.call('HSET', KEYS[3], e[2], e[1])
+  redis.call('HSET', KEYS[4], e[1], e[3])
 end
 return 1
 `)

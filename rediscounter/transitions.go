@@ -167,7 +167,7 @@ func (d *Deployment) counter(ctx context.Context, sku string) (int, error) {
 			}
 			return v, nil
 		}
-		if err := d.load(ctx, sku, false); err != nil {
+		if err := d.load(ctx, sku, false, ""); err != nil {
 			return 0, err
 		}
 	}

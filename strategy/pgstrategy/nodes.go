@@ -14,8 +14,15 @@ import (
 
 // Handle is what a node knows of its own life: whether it was restarted or
 // its deployment closed. A node embeds it and calls Check (or CheckKey)
-// first in every method; the zero value is a live node.
-type Handle struct{ closed atomic.Bool }
+// first in every method; the zero value is a live node 0.
+type Handle struct {
+	closed atomic.Bool
+	index  int
+}
+
+// Index is the node's place in its deployment (Deployment.Node(i)), the
+// same for the node that a restart puts there.
+func (h *Handle) Index() int { return h.index }
 
 // Check returns strategy.ErrNodeClosed once the node was restarted or its
 // deployment closed, else nil.
@@ -85,7 +92,7 @@ type Handles struct {
 func NewHandles(name string, n int, newNode func(h *Handle) strategy.Strategy) *Handles {
 	hs := &Handles{name: name, newNode: newNode, nodes: make([]strategy.Strategy, n), handles: make([]*Handle, n)}
 	for i := range hs.nodes {
-		hs.handles[i] = new(Handle)
+		hs.handles[i] = &Handle{index: i}
 		hs.nodes[i] = newNode(hs.handles[i])
 	}
 	return hs
@@ -113,7 +120,7 @@ func (hs *Handles) Restart(_ context.Context, i int) error {
 		return fmt.Errorf("%s: restart: %w: node %d of %d", hs.name, strategy.ErrNodeRange, i, len(hs.nodes))
 	}
 	hs.handles[i].MarkClosed()
-	hs.handles[i] = new(Handle)
+	hs.handles[i] = &Handle{index: i}
 	hs.nodes[i] = hs.newNode(hs.handles[i])
 	return nil
 }

@@ -178,6 +178,12 @@ type Phase struct {
 	// confirmed reservation still holds its unit, so a node that rebuilds
 	// its stock from the HELD rows alone sells it again.
 	Confirm int `json:"confirm,omitempty"`
+	// InFlight, in a restart phase, sends one request to each listed node
+	// (a new key and user, the first SKU) and holds it in flight, queued on
+	// a lock the harness takes on the strategy's tables, while the restart
+	// runs (inflight.go): a node that recounts from the committed rows and
+	// does not wait for its own requests sells their units again.
+	InFlight []int `json:"in_flight,omitempty"`
 	// Repeat runs the phase that many times in a row, each round with keys
 	// and users of its own (suffixed -r0, -r1, ...): many small races, each
 	// started on its own, instead of one large one. 0 means 1.
@@ -445,6 +451,14 @@ func (in *Scenario) Validate() error {
 				if n < 0 || n >= in.Nodes {
 					return bad("phase %q: restart node %d out of range", p.Name, n)
 				}
+			}
+			for _, n := range p.InFlight {
+				if n < 0 || n >= in.Nodes {
+					return bad("phase %q: in_flight node %d out of range", p.Name, n)
+				}
+			}
+			if len(p.InFlight) > 0 && len(p.Restart) == 0 {
+				return bad("phase %q: in_flight comes with restart", p.Name)
 			}
 			if p.Confirm < 0 || p.Confirm > 0 && len(p.Restart) == 0 {
 				return bad("phase %q: confirm must be positive and comes with restart", p.Name)

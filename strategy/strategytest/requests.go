@@ -29,6 +29,12 @@ func runRequests(ctx context.Context, t *trial) error {
 			if err := t.confirmHeld(ctx, ph, heldOn); err != nil {
 				return err
 			}
+			if len(ph.InFlight) > 0 {
+				if err := t.restartWithInFlight(ctx, ph, label); err != nil {
+					return err
+				}
+				continue
+			}
 			for _, n := range ph.Restart {
 				if err := t.dep.(strategy.Restarter).Restart(ctx, n); err != nil {
 					return fmt.Errorf("restart node %d: %w", n, err)

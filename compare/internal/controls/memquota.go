@@ -12,7 +12,13 @@ import (
 func memquotaControls() []Control {
 	m := memquota.New(memquota.Options{Restart: memquota.FromConfig})
 	m.Claims |= strategy.SurvivesRestart
-	return []Control{fromStrategy(m, "ctl-memquota-claims-restart", "strategy C restarting from config, claiming survives-restart", "C28-15",
-		"strategy C, whose node process starts from its configured share, claiming survives-restart",
-		join(expect("process-restart", strategy.SurvivesRestart), expect("process-release", strategy.SurvivesRestart)))}
+	return []Control{
+		fromStrategy(m, "ctl-memquota-claims-restart", "strategy C restarting from config, claiming survives-restart", "C28-15",
+			"strategy C, whose node process starts from its configured share, claiming survives-restart",
+			join(expect("process-restart", strategy.SurvivesRestart), expect("process-release", strategy.SurvivesRestart))),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, RestartWithoutDrain: true}),
+			"ctl-restart-without-drain", "memquota-recover with one mistake", "C28-15",
+			"Restart recounts the sales log without waiting for the node's requests in flight: one that took its unit and commits after the recount has it sold again",
+			expect("restart-in-flight", strategy.SurvivesRestart)),
+	}
 }

@@ -21,5 +21,9 @@ func counterMistakes() []Control {
 			"ctl-counter-error-is-busy", "rediscounter-recover with one mistake", "seed 002",
 			"any error of the take script is answered BUSY (nothing written), also a reply that timed out after Redis ran it",
 			expect("redis-restart", contract)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Keep: rediscounter.KeepRecover, Mistake: rediscounter.RestartRecountsCommitted}),
+			"ctl-counter-restart-recounts-committed", "rediscounter-recover with one mistake", "seed 002",
+			"a node's restart sets the shared counter from the committed reservations at once: a request in flight on any node, its unit taken and its row not yet committed, has that unit sold again",
+			expect("restart-in-flight", strategy.SurvivesRestart)),
 	}
 }
