@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,11 +15,12 @@ import (
 // for it), the new node sells that unit again when the request commits.
 // Between phases nothing is in flight, so a restart phase alone never
 // shows it; under load it shows in a few restarts in a hundred. Phase.InFlight
-// makes it the rule: the harness holds the strategy's tables (EXCLUSIVE
-// mode: every write waits, reads go on, so a recount can run), sends one
+// makes it the rule: the harness holds the strategy's tables in SHARE mode
+// (every INSERT, UPDATE and DELETE waits; reads, FOR UPDATE ones too, go
+// on, so a recount runs without waiting for the harness), sends one
 // request per listed node, waits until each has queued on that lock or
-// answered (read from the server's lock waits, as the gate does), restarts,
-// and only then lets the requests write.
+// answered (read from the server's lock waits: waitActivity), restarts, and
+// only then lets the requests write.
 
 // restartWaitMax bounds how long the tables stay held once the restart has
 // begun. A restart that waits for the requests in flight cannot return
@@ -40,27 +40,13 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 	if err != nil {
 		return err
 	}
-	conn, err := t.env.Admin.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("%s: %w", label, err)
-	}
-	defer conn.Release()
-	locked := len(tables) > 0
-	if locked {
-		if _, err := conn.Exec(ctx, "BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE "+strings.Join(tables, ", ")+" IN EXCLUSIVE MODE"); err != nil {
-			return fmt.Errorf("%s: hold the strategy's tables: %w", label, err)
+	release := func() {}
+	if len(tables) > 0 { // else nothing to queue on: the requests run as they will
+		if release, err = t.holdTables(ctx, t.env.Admin, "SHARE"); err != nil {
+			return fmt.Errorf("%s: %w", label, err)
 		}
 	}
-	release := func() error {
-		if !locked {
-			return nil
-		}
-		locked = false
-		_, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		return err
-	}
-	defer release() //nolint:errcheck // released below on every path that gets there
-	holder := conn.Conn().PgConn().PID()
+	defer func() { release() }()
 
 	sku := t.sku(t.in.Stock[0].SKU)
 	ops := make([]Op, len(ph.InFlight))
@@ -73,18 +59,17 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 		defer box.catch()
 		Together(len(ph.InFlight), func(i int) {
 			defer finished.Add(1)
-			n := ph.InFlight[i]
 			req := strategy.Request{Key: t.key(fmt.Sprintf("in-flight-%d", i)), User: t.user(fmt.Sprintf("user-in-flight-%d", i)), SKU: sku, TTL: strategy.TTLForever}
-			ops[i] = t.reserveDefinite(ctx, "in-flight", n, req)
+			ops[i] = t.reserveDefinite(ctx, "in-flight", ph.InFlight[i], req)
 		})
 	}()
-	queued, err := t.awaitQueued(ctx, holder, len(ph.InFlight), &finished, requests)
-	if err != nil {
-		_ = release()
-		<-requests
-		return fmt.Errorf("%s: %w", label, err)
+	if len(tables) > 0 {
+		if _, err := waitActivity(ctx, t.env.Admin, "requests in flight queued on the harness's lock", `wait_event_type = 'Lock'`, len(ph.InFlight), &finished); err != nil {
+			release()
+			<-requests
+			return fmt.Errorf("%s: %w", label, err)
+		}
 	}
-	t.vary("requests queued on the held tables when the restart began", queued)
 
 	t.restarted = true
 	restarted := make(chan error, 1)
@@ -99,20 +84,16 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 	}()
 	bound := time.NewTimer(restartWaitMax)
 	defer bound.Stop()
-	var restartErr error
 	waited := 0
 	select {
-	case restartErr = <-restarted:
-		restarted <- restartErr
+	case err := <-restarted:
+		restarted <- err
 	case <-bound.C:
 		waited = 1 // it waits for the requests (or is slow): let them go
 	}
 	t.vary("restarts still waiting when the held tables were let go", waited)
-	if err := release(); err != nil {
-		<-requests
-		<-restarted
-		return fmt.Errorf("%s: let the tables go: %w", label, err)
-	}
+	release()
+	release = func() {}
 	<-requests
 	if err := <-restarted; err != nil {
 		return err
@@ -125,30 +106,4 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 	}
 	t.vary("requests in flight during the restart answered HELD", held)
 	return nil
-}
-
-// awaitQueued waits until each of n calls has either finished or queued on
-// a lock of holder's, and returns how many queued. A call that does neither
-// within gateMax is left to run: it waits somewhere else (in the strategy
-// or in Redis), which the restart then meets as it finds it.
-func (t *trial) awaitQueued(ctx context.Context, holder uint32, n int, finished *atomic.Int64, done <-chan struct{}) (int, error) {
-	start := time.Now()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return 0, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-tick.C:
-		}
-		var queued int
-		if err := t.env.Admin.QueryRow(ctx, sqlQueuedOnGate, holder).Scan(&queued); err != nil {
-			return 0, fmt.Errorf("count the requests queued on the held tables: %w", err)
-		}
-		if queued+int(finished.Load()) >= n || time.Since(start) > gateMax {
-			return queued, nil
-		}
-	}
 }

@@ -84,7 +84,7 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 	}
 
 	// Node 0, under load, is killed.
-	release, err := t.holdTables(ctx, t.env.Admin)
+	release, err := t.holdTables(ctx, t.env.Admin, "ACCESS EXCLUSIVE")
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 	// A strategy that batches shows one backend per batch: the requests
 	// behind it wait in node 0's memory, in flight all the same
 	// (waitActivity, queueSettle).
-	if err := waitActivity(ctx, t.env.Admin, "requests of node 0 queued on the harness's lock", `wait_event_type = 'Lock'`, in.Workers, &finished); err != nil {
+	if _, err := waitActivity(ctx, t.env.Admin, "requests of node 0 queued on the harness's lock", `wait_event_type = 'Lock'`, in.Workers, &finished); err != nil {
 		release()
 		return err
 	}
