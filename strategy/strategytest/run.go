@@ -313,12 +313,6 @@ type trial struct {
 	// busyResent counts BUSY answers reserveDefinite sent again.
 	busyResent atomic.Int64
 
-	// outsideServer is set when requests held in flight for a fault were
-	// not all seen waiting in PostgreSQL: some waited in the strategy (a
-	// lock in Redis), and which of them the fault met is timing, so how
-	// many ended unknown is a varying count (failover.go).
-	outsideServer bool
-
 	// restarted is set once a node was restarted: from then on, what the
 	// audit finds is charged to SurvivesRestart, not to NoOversell or
 	// Conserves, so a strategy that does not survive a restart can still
