@@ -30,9 +30,16 @@
 //   - Between the script and the insert a unit is in no row. A request that
 //     dies there loses it from the counter (undersell) until a resend of the
 //     same request inserts the row (its key is marked) or a recount
-//     (rediscounter-recover, at a node's restart) gives it back. A recount
-//     while other nodes have requests in that window counts their units as
-//     free: it can oversell by as many.
+//     (rediscounter-recover, at a node's restart) gives back the units of
+//     that node's dead requests. The restart first waits for the node's own
+//     requests, and keeps the units of keys other nodes took and have not
+//     committed (each key's node is marked): a recount of the committed
+//     rows alone sold those again (restart-in-flight). A request of another
+//     node that died in the window keeps its unit until that node restarts.
+//     A recount after Redis lost the counter has no markers to keep: a
+//     request that had its unit from the old Redis and commits its row
+//     after the recount can have that unit sold again (a narrow window; the
+//     redis-restart scenario's in-flight requests lose their replies first).
 //   - Redis restarted without the counter: reloading from the config sells
 //     the whole stock again (oversell by every unit sold before); AOF brings
 //     the counter back after a SIGKILL of redis-server (a write reaches the
