@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -370,7 +369,9 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 				return nil, fmt.Errorf("bench: cpu profile: %w", err)
 			}
 		}
+		restore := useClientThreads(spec.Clients)
 		t.Run = Drive(ctx, s, load)
+		restore()
 		if spec.CPUProfile != nil {
 			pprof.StopCPUProfile()
 		}
@@ -403,7 +404,7 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 		}
 		t.Run, t.Pgbench, err = e.Pgbench.run(ctx, pgbenchRun{
 			dsn: db.DSN, script: PgbenchPrologue + script, vars: vars,
-			clients: spec.Clients, threads: runtime.NumCPU(), duration: spec.Duration, txns: spec.Transactions,
+			clients: spec.Clients, threads: clientThreads(spec.Clients), duration: spec.Duration, txns: spec.Transactions,
 			rate: spec.Rate, lateLimit: spec.LateLimit, maxTries: tries, progress: spec.Progress,
 		})
 		if err != nil {

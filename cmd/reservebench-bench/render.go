@@ -271,7 +271,8 @@ func (r *results) method(b *strings.Builder) {
 	if len(cfg.HTTPClients)+len(cfg.HTTPLoads) > 0 && cfg.has(expHTTP) {
 		w("| HTTP beside the library | closed loop at %s clients, open loop at load %s, paired per round | %s |\n", joinInts(cfg.HTTPClients), joinFloats(cfg.HTTPLoads), see("the-http-front", "the HTTP front"))
 	}
-	w("| pgbench | `-M prepared -j %d` | %s |\n", r.Machine.Cores, see("pgbench-side-by-side", "pgbench"))
+	w("| pgbench | `-M prepared -j %d` (at most one thread per client) | %s |\n", r.Machine.Cores, see("pgbench-side-by-side", "pgbench"))
+	w("| Go client's threads | `GOMAXPROCS` as pgbench's `-j`: %d, at most one per client | %s |\n", r.Machine.Cores, see("the-clients-threads", "the client's threads"))
 	w("| seed of the trial order and schedules | %d | |\n", cfg.Seed)
 	w("\n")
 	if t := r.standInsText(); t != "" {
