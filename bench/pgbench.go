@@ -43,10 +43,19 @@ import (
 // and checks the reservations it made with the deployment's audit.
 //
 // A deployment without it gets no pgbench run and no Go/pgbench ratio. A
-// strategy that decides partly in memory (memquota) can only hand pgbench
-// its database part; its doc comment must say so.
+// strategy that decides partly in memory (memquota) or in Redis can only
+// hand pgbench its database part; it says so with PgbenchPartial.
 type PgbenchScripter interface {
 	PgbenchScript(sku string) (string, error)
+}
+
+// PgbenchPartial is implemented by deployments whose pgbench script is
+// only the database part of Node(0).Reserve's HELD path. PgbenchLeavesOut
+// names what the script leaves out ("the Lua script in Redis that takes
+// the unit"); the report prints it beside the Go/pgbench ratios, which are
+// below 1 by what that part costs, not only by what the Go client adds.
+type PgbenchPartial interface {
+	PgbenchLeavesOut() string
 }
 
 // PgbenchRetrier is implemented by deployments whose transactions are

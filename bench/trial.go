@@ -565,42 +565,55 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// Capabilities opens a one-unit deployment of m and reports whether it has
-// a pgbench script (PgbenchScripter) and which control scripts
-// (PgbenchControlScripter) it offers, sorted by name.
-func (e *Env) Capabilities(ctx context.Context, m strategy.Meta) (pgbench bool, controls []string, err error) {
+// Caps is what a strategy's deployment offers the bench beyond Reserve.
+type Caps struct {
+	// Pgbench: a pgbench script (PgbenchScripter).
+	Pgbench bool
+	// LeavesOut: what that script leaves out of the Go path
+	// (PgbenchPartial); empty when it is the whole HELD path.
+	LeavesOut string
+	// Controls: the control scripts (PgbenchControlScripter), sorted.
+	Controls []string
+}
+
+// Capabilities opens a one-unit deployment of m and asks it what it offers.
+func (e *Env) Capabilities(ctx context.Context, m strategy.Meta) (Caps, error) {
+	var c Caps
 	db, err := e.Database(ctx, m.Name)
 	if err != nil {
-		return false, nil, err
+		return c, err
 	}
 	pool, err := newPool(ctx, db.DSN, 2, &roundTrips{})
 	if err != nil {
-		return false, nil, err
+		return c, err
 	}
 	defer pool.Close()
 	res, err := e.Resources(ctx, m)
 	if err != nil {
-		return false, nil, err
+		return c, err
 	}
 	sku := fmt.Sprintf("caps-%06d", e.next())
 	dep, err := m.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Nodes: 1, Resources: res.Addrs()})
 	if err != nil {
-		return false, nil, fmt.Errorf("bench: open %s: %w", m.Name, err)
+		return c, fmt.Errorf("bench: open %s: %w", m.Name, err)
 	}
 	defer dep.Close()
 	if ps, ok := dep.(PgbenchScripter); ok {
 		if _, err := ps.PgbenchScript(sku); err == nil {
-			pgbench = true
+			c.Pgbench = true
 		}
+	}
+	if pp, ok := dep.(PgbenchPartial); ok && c.Pgbench {
+		c.LeavesOut = pp.PgbenchLeavesOut()
 	}
 	if cs, ok := dep.(PgbenchControlScripter); ok {
 		scripts, err := cs.PgbenchControls(sku)
 		if err == nil {
 			for name := range scripts {
-				controls = append(controls, name)
+				c.Controls = append(c.Controls, name)
 			}
-			sort.Strings(controls)
+			sort.Strings(c.Controls)
 		}
 	}
-	return pgbench, controls, nil
+	return c, nil
 }

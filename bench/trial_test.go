@@ -73,18 +73,23 @@ func TestTrials(t *testing.T) {
 				t.Errorf("trial says sold out %v after %d HELD of %d", tr.SoldOut, run.HeldTotal, stock)
 			}
 
-			pg, controls, err := env.Capabilities(ctx, m)
+			caps, err := env.Capabilities(ctx, m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !pg {
+			// pgbench speaks no Redis: a HELD path that sends Redis
+			// commands can only have a partial script, and must say so.
+			if caps.Pgbench && tr.Cost.RedisCommands > 0 && caps.LeavesOut == "" {
+				t.Errorf("%d Redis commands in the trial, but the pgbench script claims the whole HELD path (no bench.PgbenchPartial)", tr.Cost.RedisCommands)
+			}
+			if !caps.Pgbench {
 				t.Logf("%s has no pgbench script", m.Name)
 				return
 			}
 			if env.Pgbench == nil {
 				t.Skip("no pgbench binary")
 			}
-			for _, script := range append([]string{""}, controls...) {
+			for _, script := range append([]string{""}, caps.Controls...) {
 				tr, err := env.RunTrial(ctx, bench.Spec{Meta: m, Tool: bench.ToolPgbench, Control: script, Clients: 2,
 					Transactions: 5, Stock: 5000})
 				if err != nil {

@@ -29,3 +29,9 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 		pgstrategy.PgbenchSQL(insertSQL, "key", "user", "sku", "node", "ttl_us", "lock", "attempt"),
 	), nil
 }
+
+// PgbenchLeavesOut is bench.PgbenchPartial's: the script is the sales log's
+// insert only.
+func (d *Deployment) PgbenchLeavesOut() string {
+	return "the node's in-memory counter that decides first"
+}

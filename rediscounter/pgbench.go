@@ -15,3 +15,8 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 		pgstrategy.PgbenchSQL(sqlInsert, "key", "user", "sku", "ttl_us"),
 	), nil
 }
+
+// PgbenchLeavesOut is bench.PgbenchPartial's: the script is the SQL only.
+func (d *Deployment) PgbenchLeavesOut() string {
+	return "the Lua script in Redis that takes the unit (one Redis round trip)"
+}

@@ -36,3 +36,8 @@ func (d *Deployment) PgbenchScript(sku string) (string, error) {
 		"commit",
 	), nil
 }
+
+// PgbenchLeavesOut is bench.PgbenchPartial's: the script is the SQL only.
+func (d *Deployment) PgbenchLeavesOut() string {
+	return "taking and releasing the Redis lock (at least two Redis round trips)"
+}

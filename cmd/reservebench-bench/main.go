@@ -215,11 +215,14 @@ func run() error {
 
 	res := &results{Machine: mach, Config: cfg, Started: started, Elapsed: elapsed.Seconds(),
 		Command: "go run ./cmd/reservebench-bench " + strings.Join(os.Args[1:], " "),
-		Caps:    map[string][]string{}, Trials: sw.trials, Summaries: summarize(sw.trials)}
+		Caps:    map[string][]string{}, PgbenchLeavesOut: map[string]string{}, Trials: sw.trials, Summaries: summarize(sw.trials)}
 	for _, m := range metas {
 		c := sw.caps[m.Name]
 		if _, stood := cfg.standInFor(m.Name); c.pgbench && !stood {
 			res.Pgbench = append(res.Pgbench, m.Name)
+			if c.leavesOut != "" {
+				res.PgbenchLeavesOut[m.Name] = c.leavesOut
+			}
 		}
 		res.Caps[m.Name] = c.controls
 		res.Metas = append(res.Metas, metaInfo{Name: m.Name, Description: m.Description, Isolation: m.Isolation, Retry: m.Retry})
@@ -229,16 +232,19 @@ func run() error {
 
 // results is everything the run produced; results.json holds it.
 type results struct {
-	Machine   *machine            `json:"machine"`
-	Config    config              `json:"config"`
-	Command   string              `json:"command"`
-	Started   time.Time           `json:"started"`
-	Elapsed   float64             `json:"elapsed_s"`
-	Metas     []metaInfo          `json:"strategies"`
-	Pgbench   []string            `json:"pgbench_strategies"` // strategies with a pgbench script
-	Caps      map[string][]string `json:"control_scripts"`
-	Summaries []*summary          `json:"summaries"`
-	Trials    []*record           `json:"trials"`
+	Machine *machine   `json:"machine"`
+	Config  config     `json:"config"`
+	Command string     `json:"command"`
+	Started time.Time  `json:"started"`
+	Elapsed float64    `json:"elapsed_s"`
+	Metas   []metaInfo `json:"strategies"`
+	Pgbench []string   `json:"pgbench_strategies"` // strategies with a pgbench script
+	// PgbenchLeavesOut: per strategy whose script is only the database part
+	// of its HELD path, what the script leaves out (bench.PgbenchPartial).
+	PgbenchLeavesOut map[string]string   `json:"pgbench_leaves_out,omitempty"`
+	Caps             map[string][]string `json:"control_scripts"`
+	Summaries        []*summary          `json:"summaries"`
+	Trials           []*record           `json:"trials"`
 	// RenderedFrom is set (not stored) when the report is rendered again
 	// from a results.json with -render.
 	RenderedFrom string `json:"-"`

@@ -698,8 +698,9 @@ func (s *sweep) peakClients(strat string) int {
 
 // caps is what a strategy's deployment offers the sweep.
 type caps struct {
-	pgbench  bool
-	controls []string
+	pgbench   bool
+	leavesOut string // what the pgbench script leaves out (bench.PgbenchPartial)
+	controls  []string
 }
 
 // probeCaps returns the capabilities learned before the sweep (discoverCaps).
@@ -709,11 +710,11 @@ func (s *sweep) probeCaps(m strategy.Meta) caps { return s.caps[m.Name] }
 func (s *sweep) discoverCaps(ctx context.Context) error {
 	s.caps = map[string]caps{}
 	for _, m := range s.metas {
-		pg, controls, err := s.env.Capabilities(ctx, m)
+		c, err := s.env.Capabilities(ctx, m)
 		if err != nil {
 			return err
 		}
-		s.caps[m.Name] = caps{pgbench: pg && s.env.Pgbench != nil, controls: controls}
+		s.caps[m.Name] = caps{pgbench: c.Pgbench && s.env.Pgbench != nil, leavesOut: c.LeavesOut, controls: c.Controls}
 		if s.env.Pgbench == nil {
 			s.caps[m.Name] = caps{}
 		}
