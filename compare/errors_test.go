@@ -32,11 +32,19 @@ func TestErrorsAreVerdicts(t *testing.T) {
 	}
 	if m, ok := strategy.Lookup("hotrow"); ok {
 		metas = append(metas, m)
+		// A Restart that panics while requests are in flight: the kit calls
+		// it from a goroutine of its own (restart-in-flight).
+		metas = append(metas, strategy.Meta{Name: "panics-in-restart", Description: "broken on purpose",
+			Claims: m.Claims | strategy.SurvivesRestart,
+			Open: func(ctx context.Context, cfg strategy.Config) (strategy.Deployment, error) {
+				d, err := m.Open(ctx, cfg)
+				return restartPanics{d}, err
+			}})
 	}
 	srv := pgtest.Shared(t)
 	rep, err := compare.Run(context.Background(), compare.Options{
 		Strategies: metas,
-		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("bad-input"), strategytest.MustScenario("contention")},
+		Scenarios:  []*strategytest.Scenario{strategytest.MustScenario("bad-input"), strategytest.MustScenario("contention"), strategytest.MustScenario("restart-in-flight")},
 		Database: func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
 			d := pgtest.NewDatabaseOn(t, srv)
 			return d.Pool(t, 8), d.AdminPool(t, 2), func() {}, nil
@@ -48,7 +56,10 @@ func TestErrorsAreVerdicts(t *testing.T) {
 	for _, s := range rep.Strategies {
 		for _, r := range s.Results {
 			got, want := r.Verdict(), strategytest.Errored
-			if s.Meta.Name == "hotrow" {
+			switch {
+			case r.Scenario == "restart-in-flight" && s.Meta.Name != "panics-in-restart":
+				continue // not what this case is about
+			case s.Meta.Name == "hotrow", s.Meta.Name == "panics-in-restart" && r.Scenario != "restart-in-flight":
 				want = strategytest.Holds
 			}
 			if got != want {
@@ -58,7 +69,8 @@ func TestErrorsAreVerdicts(t *testing.T) {
 	}
 	all := strings.Join(rep.Violations(), "\n")
 	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom",
-		"ERROR: strategy panics-in-reserve, scenario contention", "reserve panics (in a concurrent call)"} {
+		"ERROR: strategy panics-in-reserve, scenario contention", "reserve panics (in a concurrent call)",
+		"ERROR: strategy panics-in-restart, scenario restart-in-flight", "restart panics (in a concurrent call)"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("violations lack %q:\n%s", want, all)
 		}
@@ -95,3 +107,8 @@ func (p panicking) Reserve(_ context.Context, req strategy.Request) (strategy.Re
 func (p panicking) Lookup(_ context.Context, key string) (strategy.Reservation, error) {
 	return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 }
+
+// restartPanics is a working deployment whose Restart panics.
+type restartPanics struct{ strategy.Deployment }
+
+func (restartPanics) Restart(context.Context, int) error { panic("restart panics") }

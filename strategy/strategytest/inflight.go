@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -74,13 +75,18 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 	t.restarted = true
 	restarted := make(chan error, 1)
 	go func() {
+		// A Restart that panics is the strategy's panic, as a request's is:
+		// box rethrows it in this goroutine's caller.
+		err := errors.New("restart panicked")
+		defer func() { restarted <- err }()
+		defer box.catch()
 		for _, n := range ph.Restart {
-			if err := t.dep.(strategy.Restarter).Restart(ctx, n); err != nil {
-				restarted <- fmt.Errorf("restart node %d: %w", n, err)
+			if rerr := t.dep.(strategy.Restarter).Restart(ctx, n); rerr != nil {
+				err = fmt.Errorf("restart node %d: %w", n, rerr)
 				return
 			}
 		}
-		restarted <- nil
+		err = nil
 	}()
 	bound := time.NewTimer(restartWaitMax)
 	defer bound.Stop()
