@@ -118,6 +118,7 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	// about contention.
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
+	var box panicBox
 	for i := range keys {
 		keys[i] = fmt.Sprintf("kit-due-all-%04d-%s", i, base)
 		req := strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-due-all-%04d", i), SKU: stock[i%skus].SKU, TTL: time.Hour}
@@ -126,6 +127,7 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			defer box.catch()
 			if res, err := reserveUnlessBusy(ctx, dep.Node(0), req); err != nil || res.Outcome != strategy.OutcomeHeld {
 				mu.Lock()
 				wrong = append(wrong, fmt.Sprintf("%s: %s, %v", req.Key, res.Outcome, err))
@@ -134,6 +136,7 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		}()
 	}
 	wg.Wait()
+	box.rethrow()
 	if len(wrong) > 0 {
 		t.Fatalf("%d of %d reservations on %d units not HELD: %s", len(wrong), dueAtOnce, dueAtOnce, sample(wrong))
 	}

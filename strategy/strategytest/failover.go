@@ -141,6 +141,10 @@ func runFailover(ctx context.Context, t *trial) error {
 	}
 	var inFlight sync.WaitGroup
 	var finished atomic.Int64 // requests of steps 2 and 3 that came back before the kill
+	// A request that panics is the strategy's panic, rethrown here once
+	// every request is back.
+	var box panicBox
+	defer box.rethrow()
 	lagged := make([]Op, in.LagRequests)
 	sku := t.sku(in.Stock[0].SKU)
 	req := func(prefix string, i int) strategy.Request {
@@ -151,8 +155,9 @@ func runFailover(ctx context.Context, t *trial) error {
 		for i := range lagged {
 			go func() {
 				defer inFlight.Done()
+				defer finished.Add(1)
+				defer box.catch()
 				lagged[i] = t.reserve(ctx, fmt.Sprintf("lag%d", i), i, req("lag", i))
-				finished.Add(1)
 			}()
 		}
 		// A COMMIT waiting for the standby still holds its locks: the
@@ -178,8 +183,9 @@ func runFailover(ctx context.Context, t *trial) error {
 	for i := range queued {
 		go func() {
 			defer inFlight.Done()
+			defer finished.Add(1)
+			defer box.catch()
 			queued[i] = t.reserve(ctx, fmt.Sprintf("q%d", i), i, req("queued", i))
-			finished.Add(1)
 		}()
 	}
 	waiting := in.Workers

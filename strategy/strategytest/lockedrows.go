@@ -73,9 +73,13 @@ func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpoo
 		err error
 	}
 	done := make(chan answer, 1)
+	var box panicBox
+	defer box.rethrow()
 	go func() {
-		res, err := node.Reserve(ctx, req)
-		done <- answer{res, err}
+		var a answer
+		defer func() { done <- a }()
+		defer box.catch()
+		a.res, a.err = node.Reserve(ctx, req)
 	}()
 	waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
 	if err := tx.Rollback(context.Background()); err != nil {

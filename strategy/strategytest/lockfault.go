@@ -132,8 +132,11 @@ func runLockFault(ctx context.Context, t *trial) error {
 	var resB strategy.Result
 	var errB error
 	opB := Op{Process: "B", Req: reqB, Invoke: t.hist.Begin()}
+	var box panicBox
+	defer box.rethrow()
 	go func() {
 		defer close(sb.busy.done)
+		defer box.catch()
 		resB, errB = b.Reserve(ctx, reqB)
 	}()
 	finished, err := t.await(ctx, sb)

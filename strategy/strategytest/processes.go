@@ -91,12 +91,15 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 	var finished atomic.Int64
 	inFlight := make([]Op, in.Workers)
 	var wg sync.WaitGroup
+	var box panicBox
+	defer box.rethrow()
 	wg.Add(in.Workers)
 	for i := range inFlight {
 		go func() {
 			defer wg.Done()
+			defer finished.Add(1)
+			defer box.catch()
 			inFlight[i] = t.reserve(ctx, fmt.Sprintf("q%d", i), 0, req("inflight", i))
-			finished.Add(1)
 		}()
 	}
 	// A strategy that batches shows one backend per batch: the requests
