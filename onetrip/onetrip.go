@@ -36,6 +36,12 @@ type Options struct {
 	// means DefaultMaxRetries, negative disables them (the error then reaches
 	// the caller, an outcome the contract calls unknown).
 	MaxRetries int
+	// SoldOutFromMemory is a deliberate mistake, for the negative control
+	// ctl-sold-out-from-memory: while a node's hint says its SKU is sold
+	// out, a new request is SOLD_OUT whatever the stock says, and only the
+	// node's own Release or ExpireDue clears the hint. A unit given back
+	// through another node is never seen by this one: a phantom sold-out.
+	SoldOutFromMemory bool
 }
 
 func (o Options) maxRetries() int {
@@ -107,7 +113,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -137,6 +143,8 @@ type Deployment struct {
 	maxRetries int
 	skus       []string
 	owns       pgstrategy.SKUs
+
+	soldOutFromMemory bool // Options.SoldOutFromMemory
 
 	retries atomic.Int64
 }

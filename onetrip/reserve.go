@@ -202,6 +202,9 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 		if err != nil {
 			return strategy.Result{}, err
 		}
+		if n.d.soldOutFromMemory {
+			w.hasUnit = false // the mistake: the hint, not the stock, answers
+		}
 		if res, ok, err := w.answer(req, nil); ok {
 			return res, err
 		}

@@ -26,7 +26,9 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
 	}
-	return moves.Release(ctx, n.d.db, key, n.d.skus)
+	units, err := moves.Release(ctx, n.d.db, key, n.d.skus)
+	n.forgetSoldOut(units)
+	return units, err
 }
 
 // ExpireDue moves every due HELD reservation of the deployment's SKUs to
@@ -35,5 +37,19 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err := n.Check(); err != nil {
 		return 0, err
 	}
-	return moves.ExpireDue(ctx, n.d.db, n.d.skus)
+	units, err := moves.ExpireDue(ctx, n.d.db, n.d.skus)
+	n.forgetSoldOut(units)
+	return units, err
+}
+
+// forgetSoldOut clears the node's sold-out hints after it gave units back,
+// under Options.SoldOutFromMemory only: the correct node clears a hint when
+// sqlWhyNot reads a unit, whichever node gave it back.
+func (n *node) forgetSoldOut(units int) {
+	if !n.d.soldOutFromMemory || units == 0 {
+		return
+	}
+	for _, h := range n.soldOut {
+		h.Store(false)
+	}
 }

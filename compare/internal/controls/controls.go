@@ -279,6 +279,7 @@ func All() []Control {
 	out = append(out, lockMistakes()...)
 	out = append(out, counterMistakes()...)
 	out = append(out, combineMistakes()...)
+	out = append(out, onetripMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
