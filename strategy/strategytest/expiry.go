@@ -384,6 +384,22 @@ func runConfirmVsExpire(ctx context.Context, t *trial) error {
 	return nil
 }
 
+// release calls Release on node and records it; an abort by a conflict is
+// counted in t.aborted.
+func (t *trial) release(ctx context.Context, proc string, node int, key string) (int, error) {
+	op := Op{Process: proc, Kind: "release", Node: node % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
+	units, err := t.node(node).(strategy.Releaser).Release(ctx, key)
+	op.Units, op.Type = units, OpOK
+	if err != nil {
+		op.Type, op.Err, op.Aborted = OpInfo, err.Error(), abortedByConflict(err)
+		if op.Aborted {
+			t.aborted.Add(1)
+		}
+	}
+	t.hist.End(op)
+	return units, err
+}
+
 // runReleaseReplay checks Release the way C28-07 checks the expiry job: the
 // first release of a HELD reservation returns its unit, every replay (also
 // concurrent) returns nothing, and of concurrent first releases exactly one
@@ -401,20 +417,12 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 	failed := 0
 	var mu sync.Mutex
 	release := func(proc string, node int, key string) int {
-		op := Op{Process: proc, Kind: "release", Node: node % t.cfg.NodeCount(), Req: strategy.Request{Key: key}, Invoke: t.hist.Begin()}
-		units, err := t.node(node).(strategy.Releaser).Release(ctx, key)
-		op.Units, op.Type = units, OpOK
-		if err != nil {
-			op.Type, op.Err, op.Aborted = OpInfo, err.Error(), abortedByConflict(err)
-			if op.Aborted {
-				t.aborted.Add(1)
-			} else {
-				mu.Lock()
-				failed++
-				mu.Unlock()
-			}
+		units, err := t.release(ctx, proc, node, key)
+		if err != nil && !abortedByConflict(err) {
+			mu.Lock()
+			failed++
+			mu.Unlock()
 		}
-		t.hist.End(op)
 		return units
 	}
 	var seqFirst, seqReplay, seqConc, concFirst, concReplay int

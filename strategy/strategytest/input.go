@@ -27,18 +27,19 @@ import (
 
 // The kinds of scenario, each with its runner.
 const (
-	KindRequests        = "requests"          // phases of concurrent reserve requests, restarts between them
-	KindExpiryReplay    = "expiry-replay"     // C28-07
-	KindConfirmVsExpire = "confirm-vs-expire" // C28-08
-	KindReleaseReplay   = "release-replay"    // C28-07, for Release
-	KindInterleave      = "interleave"        // attempts held open, every ordering of their steps
-	KindBadInput        = "bad-input"         // malformed requests
-	KindKillRelease     = "kill-release"      // C28-09: a release process killed before commit
-	KindKillReserve     = "kill-reserve"      // a process holding uncommitted reservations killed
-	KindServerCrash     = "server-crash"      // pg_ctl stop -m immediate under load, then restart
-	KindCommitTimeout   = "commit-timeout"    // the client gives up while COMMIT is in flight
-	KindNodeDeath       = "node-death"        // requests die between a node's memory and the database
-	KindExpiryRace      = "expiry-race"       // waves of concurrent expiry jobs over rows due at once
+	KindRequests        = "requests"           // phases of concurrent reserve requests, restarts between them
+	KindExpiryReplay    = "expiry-replay"      // C28-07
+	KindConfirmVsExpire = "confirm-vs-expire"  // C28-08
+	KindReleaseReplay   = "release-replay"     // C28-07, for Release
+	KindReleaseConfirm  = "release-vs-confirm" // C28-08, for Release: a cancel races the payment
+	KindInterleave      = "interleave"         // attempts held open, every ordering of their steps
+	KindBadInput        = "bad-input"          // malformed requests
+	KindKillRelease     = "kill-release"       // C28-09: a release process killed before commit
+	KindKillReserve     = "kill-reserve"       // a process holding uncommitted reservations killed
+	KindServerCrash     = "server-crash"       // pg_ctl stop -m immediate under load, then restart
+	KindCommitTimeout   = "commit-timeout"     // the client gives up while COMMIT is in flight
+	KindNodeDeath       = "node-death"         // requests die between a node's memory and the database
+	KindExpiryRace      = "expiry-race"        // waves of concurrent expiry jobs over rows due at once
 
 	// The service (package service) in front of the strategy, over real
 	// HTTP connections on a loopback socket.
@@ -310,6 +311,7 @@ var requiredByKind = map[string][]string{
 	KindExpiryReplay:    {"held", "first_due", "workers"},
 	KindConfirmVsExpire: {"held", "workers", "confirmed"},
 	KindReleaseReplay:   {"held", "workers", "release"},
+	KindReleaseConfirm:  {"held"},
 	KindInterleave:      {"sessions"},
 	KindBadInput:        {},
 	KindKillRelease:     {"held", "first_due", "kill_points"},
@@ -478,6 +480,10 @@ func (in *Scenario) Validate() error {
 	case KindReleaseReplay:
 		if in.Held < 1 || in.Workers < 1 || in.Release < 1 || in.Release > in.Held {
 			return bad("need held >= 1, workers >= 1 and 1 <= release <= held")
+		}
+	case KindReleaseConfirm:
+		if in.Held < 1 {
+			return bad("need held >= 1")
 		}
 	case KindExpiryRace:
 		if in.Held < 1 || in.Workers < 2 || in.Waves < 1 || in.WaveDue < 1 || in.Waves*in.WaveDue > in.Held {

@@ -214,6 +214,8 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 		return runConfirmVsExpire, requirement{caps: strategy.Capabilities{Expire: true, Age: true, Confirm: true}}
 	case KindReleaseReplay:
 		return runReleaseReplay, requirement{caps: strategy.Capabilities{Release: true}}
+	case KindReleaseConfirm:
+		return runReleaseVsConfirm, requirement{caps: strategy.Capabilities{Release: true, Confirm: true}}
 	case KindInterleave:
 		return runInterleave, requirement{caps: strategy.Capabilities{Sessions: true}}
 	case KindBadInput:

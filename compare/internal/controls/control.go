@@ -50,6 +50,10 @@ const (
 	uniqueViolationIsLimit
 	// releaseNoStatusCheck: Release without status = 'HELD'.
 	releaseNoStatusCheck
+	// releaseReadThenMove: Release reads the row, and only if it was
+	// HELD moves it with status <> 'RELEASED' (which stops a second
+	// Release, not a Confirm committed in between).
+	releaseReadThenMove
 	// confirmNoStatusCheck: Confirm without status = 'HELD'.
 	confirmNoStatusCheck
 	// releaseKeepsUnit: Release moves the row, returns no unit.
@@ -638,6 +642,16 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	switch n.c.breaks {
 	case releaseNoStatusCheck:
 		status = ``
+	case releaseReadThenMove:
+		var was string
+		err := n.c.db.QueryRow(ctx, n.c.t.q(`SELECT status FROM {reservation} WHERE request_key = $1 AND sku = ANY($2)`), key, n.c.skus).Scan(&was)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && was != string(strategy.StatusHeld) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		status = `AND status <> 'RELEASED'`
 	case releaseConfirmed:
 		status = `AND status IN ('HELD', 'CONFIRMED')`
 	case releaseExpired:
