@@ -73,6 +73,10 @@ const (
 	// table's CHECK refuses an oversell: as an error, where the strategy
 	// answers SOLD_OUT.
 	ConditionInCheckOnly
+	// UnlockErrorIsBusy: a request whose unlock failed after its COMMIT
+	// (Redis stopped answering) is answered BUSY, which tells its client
+	// that nothing was written, though its reservation is.
+	UnlockErrorIsBusy
 )
 
 func (o Options) wait() time.Duration {
@@ -229,7 +233,7 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 
 func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
-		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly,
+		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.lease(), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -250,6 +254,8 @@ type Deployment struct {
 	owns     pgstrategy.SKUs
 	locks    *locker
 	lockOnly bool
+
+	unlockErrorIsBusy bool // Options.Mistake UnlockErrorIsBusy
 }
 
 var (

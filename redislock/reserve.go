@@ -59,15 +59,27 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err != nil {
 		return d.lockRefused(ctx, req, err)
 	}
-	defer func() { _ = h.release(context.WithoutCancel(ctx)) }()
+	released := false
+	defer func() { // a panic under the lock must not leave its watchdog renewing it
+		if !released {
+			_ = h.release(context.WithoutCancel(ctx))
+		}
+	}()
 	var res strategy.Result
 	err = pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
 		var err error
 		res, err = d.underLock(ctx, tx, req)
 		return err
 	})
+	// The lock's release cannot change the answer: the transaction has
+	// ended, and a lock left behind expires with its lease.
+	unlockErr := h.release(context.WithoutCancel(ctx))
+	released = true
 	if err != nil {
 		return strategy.Result{}, wrap("reserve", req.Key, err)
+	}
+	if unlockErr != nil && d.unlockErrorIsBusy {
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake
 	}
 	return res, nil
 }

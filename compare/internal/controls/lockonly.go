@@ -25,9 +25,9 @@ func lockOnly() Control {
 }
 
 // lockMistakes are redislock with one mistake in how it uses the lock or
-// the database under it, claiming what redislock claims. Neither oversells,
-// and each passed every scenario until the lock faults checked what it
-// breaks.
+// the database under it, claiming what redislock claims. None oversells,
+// and each passed every scenario until the lock faults (or redis-restart's
+// stall, for the last) checked what it breaks.
 func lockMistakes() []Control {
 	var out []Control
 	for _, c := range []struct {
@@ -41,6 +41,9 @@ func lockMistakes() []Control {
 		{redislock.ConditionInCheckOnly, "ctl-lock-check-refuses",
 			"the UPDATE has no available > 0; only the table's CHECK refuses the second holder's oversell, as an error",
 			[]string{"lock-early-unlock", "lock-expiry", "lock-redis-restart"}},
+		{redislock.UnlockErrorIsBusy, "ctl-lock-unlock-error-is-busy",
+			"a request whose unlock failed after its COMMIT (Redis stopped answering) is answered BUSY: its client is told nothing was written, and its reservation is",
+			[]string{"redis-restart"}},
 	} {
 		var exp []Expectation
 		for _, sc := range c.scenarios {
