@@ -446,7 +446,7 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 	}
 	back := moved
 	for _, v := range verdicts {
-		if v.Running {
+		if v.Running && !d.opts.SettleWhileRunning {
 			continue
 		}
 		p := all[v.Ord-1]

@@ -152,6 +152,12 @@ type Options struct {
 	// that took its unit and commits after the recount has its unit sold
 	// again.
 	RestartWithoutDrain bool
+	// SettleWhileRunning is a deliberate mistake, for the negative controls
+	// of table 28-1 only: Settle decides a unit in doubt from the log while
+	// the backend that ran its insert is still there, so a COMMIT that is
+	// still waiting when Settle reads (the client gave up on it) leaves its
+	// unit given back and then sold as well.
+	SettleWhileRunning bool
 }
 
 func (o Options) validate() error {

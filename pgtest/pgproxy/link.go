@@ -136,6 +136,9 @@ func (l *link) clientToServer() {
 			}
 			continue
 		}
+		if code == cancelRequest && l.p.loseCancel() {
+			return // the client's cancel never reaches the server
+		}
 		if err := l.write(l.server, pkt); err != nil {
 			return
 		}

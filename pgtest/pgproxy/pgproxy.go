@@ -13,7 +13,8 @@
 // and then either resets the connection (Drop) or leaves it open and silent
 // (Blackhole) until Heal: the client cannot tell whether the statement, or
 // the COMMIT, took effect. Dark makes every connection, existing and new,
-// silent until Heal, as a network partition would.
+// silent until Heal, as a network partition would. LoseCancels swallows
+// the clients' cancel requests.
 //
 // Everything runs in goroutines of the test process: when that process
 // dies, its sockets close with it and the server ends the backends.
@@ -88,6 +89,9 @@ type Proxy struct {
 	left   int // hits left of armed
 	dark   bool
 	closed bool
+	// losing: cancel requests are swallowed; lost counts them.
+	losing bool
+	lost   int
 	hits   chan Hit
 	wg     sync.WaitGroup
 }
@@ -164,6 +168,35 @@ func (p *Proxy) Dark() {
 	for l := range p.links {
 		l.silence()
 	}
+}
+
+// LoseCancels makes the proxy swallow every CancelRequest from now on (on
+// true) or forward them again (false). A cancel request travels on a
+// connection of its own, and a load balancer that routes it elsewhere, or a
+// partition, loses it: the server never learns that the client gave up, and
+// a statement it was running, or a COMMIT waiting for a standby, goes on.
+func (p *Proxy) LoseCancels(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.losing = on
+}
+
+// LostCancels is the number of cancel requests the proxy swallowed.
+func (p *Proxy) LostCancels() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
+}
+
+// loseCancel reports whether a cancel request is to be swallowed, and
+// counts it if so.
+func (p *Proxy) loseCancel() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.losing {
+		p.lost++
+	}
+	return p.losing
 }
 
 // Heal ends every silence: the silent connections are reset (as a

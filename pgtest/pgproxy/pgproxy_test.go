@@ -98,6 +98,40 @@ func TestCommitDrop(t *testing.T) {
 	require.True(t, exists(t, direct, 1), "the COMMIT was executed")
 }
 
+// A client whose deadline passes sends a cancel request (pgx does, as it
+// closes the connection): forwarded, it ends the statement; lost, the
+// statement runs on with its client gone.
+func TestLoseCancels(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lose=%v", lose), func(t *testing.T) {
+			p, cfg, direct := through(t, pgtest.NewDatabase(t))
+			p.LoseCancels(lose)
+			c := connect(t, cfg)
+			pid := c.PgConn().PID()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := c.Exec(ctx, "SELECT pg_sleep(60)")
+			require.Error(t, err)
+			if !lose {
+				waitGone(t, direct, pid)
+				require.Zero(t, p.LostCancels())
+				return
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for p.LostCancels() == 0 {
+				require.True(t, time.Now().Before(deadline), "no cancel request reached the proxy in 30s")
+				time.Sleep(10 * time.Millisecond) // paces the question; the count decides
+			}
+			var state, query string
+			require.NoError(t, direct.QueryRow(context.Background(), "SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state, &query))
+			require.Equal(t, "active", state, "the statement runs on: its cancel was lost")
+			require.Contains(t, query, "pg_sleep")
+			_, err = direct.Exec(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid))
+			require.NoError(t, err)
+		})
+	}
+}
+
 // The first write of a transaction that is hit is executed, and the
 // transaction dies with the connection.
 func TestWriteDropInTransaction(t *testing.T) {

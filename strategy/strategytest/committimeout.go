@@ -9,33 +9,57 @@ import (
 )
 
 // runCommitTimeout makes COMMIT wait (synchronous replication to a standby
-// that does not exist), lets each client's deadline expire while its COMMIT
-// is in flight, then lets the commits finish. The client saw an error; the
-// reservation may well exist. The harness must record it as unknown and the
-// check must find what really happened.
+// that does not exist) and lets each client's deadline expire while its
+// COMMIT is in flight. The client saw an error; the reservation may well
+// exist. The deployment reaches the server through a proxy that loses the
+// clients' cancel requests (a cancel travels on a connection of its own,
+// which a load balancer or a partition can lose), so each backend is still
+// there, waiting: one waiting for a standby does not notice that its
+// client has gone. While those COMMITs wait, a
+// second wave of as many requests runs on the same SKUs (a strategy that
+// settles its doubts on the next request does it now, before it can know).
+// Then the commits finish. The harness records the first wave as unknown,
+// and the checks find what really happened.
 func runCommitTimeout(ctx context.Context, t *trial) error {
+	t.proxy.LoseCancels(true)
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, "reservebench_no_such_standby"); err != nil {
 		return err
 	}
 	// A second is far more than a reservation needs to reach its COMMIT, even
 	// under -race on a loaded machine; the COMMIT then waits for ever.
 	t.load(ctx, t.in.Requests, "slow", time.Second, nil, nil, nil)
+	ok, fail, info := t.countTypesOf("slow")
+	var waiting int
+	if err := t.env.Admin.QueryRow(ctx, syncRepWaitingSQL).Scan(&waiting); err != nil {
+		return fmt.Errorf("count waiting COMMITs: %w", err)
+	}
+	t.fact("COMMITs still waiting, their clients gone, when the second wave began", "%s", yesNo(waiting > 0))
+	t.vary("COMMITs still waiting when the second wave began", waiting)
+	t.vary("cancel requests lost by the proxy before the second wave", t.proxy.LostCancels())
+	t.load(ctx, t.in.Requests, "then", time.Second, nil, nil, nil)
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, ""); err != nil {
 		return err
 	}
 	// The clients closed their connections; the committed transactions
-	// finish once the wait is lifted. Wait for those backends to go.
+	// finish once the wait is lifted, and the second wave's backends (some
+	// blocked behind the first's locks) run to their end. Wait for them.
 	if err := pgcontrol.WaitSyncRepIdle(ctx, t.env.Admin); err != nil {
 		return err
 	}
-	ok, fail, info := t.countTypes()
-	t.fact("requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
+	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends still busy after the wait was lifted", busyBackendsSQL); err != nil {
+		return err
+	}
+	t.fact("first wave: requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
 	t.check(Base, "a deadline at commit is an unknown outcome, never a definite one", info == t.in.Requests && ok == 0 && fail == 0,
 		fmt.Sprintf("ok %d, fail %d, unknown %d of %d", ok, fail, info, t.in.Requests))
+	ok2, fail2, info2 := t.countTypesOf("then")
+	t.vary("second wave: acknowledged", ok2)
+	t.vary("second wave: refused", fail2)
+	t.vary("second wave: unknown", info2)
 	var unknown []Op
 	var keys []string
 	for _, op := range t.hist.Ops() {
-		if op.Type == OpInfo {
+		if op.Kind == "reserve" && op.Type == OpInfo {
 			unknown = append(unknown, op)
 			keys = append(keys, op.Req.Key)
 		}
@@ -55,4 +79,24 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.vary("unknown outcomes that had committed", committed)
 	t.vary("unknown outcomes that had not committed (sent again: HELD)", len(unknown)-committed)
 	return nil
+}
+
+// syncRepWaitingSQL counts the backends of the database waiting for a
+// standby.
+const syncRepWaitingSQL = `
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event = 'SyncRep'`
+
+// busyBackendsSQL counts the client backends of the database, other than
+// the one asking, that are running a statement or are inside a transaction.
+const busyBackendsSQL = `
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+  AND state IS DISTINCT FROM 'idle'`
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,9 +56,13 @@ func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Dur
 }
 
 // countTypes counts the reserve operations by type.
-func (t *trial) countTypes() (ok, fail, info int) {
+func (t *trial) countTypes() (ok, fail, info int) { return t.countTypesOf("") }
+
+// countTypesOf counts by type the reserve operations that t.load sent with
+// this key prefix (all of them when it is empty).
+func (t *trial) countTypesOf(prefix string) (ok, fail, info int) {
 	for _, op := range t.hist.Ops() {
-		if op.Kind != "reserve" {
+		if op.Kind != "reserve" || (prefix != "" && !strings.HasPrefix(op.Req.Key, prefix+"-")) {
 			continue
 		}
 		switch op.Type {

@@ -135,6 +135,27 @@ func runPartition(ctx context.Context, t *trial) error {
 // trial's deployment by one attached through it, over the returned pool.
 // Both are stopped after the trial's final checks.
 func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, error) {
+	p, pool, err := t.proxyPool(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := t.dep.Close(); err != nil {
+		return nil, nil, fmt.Errorf("close the direct deployment: %w", err)
+	}
+	acfg := t.cfg
+	acfg.DB = pool
+	dep, err := t.env.Meta.Attach(ctx, acfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach through the proxy: %w", err)
+	}
+	t.dep = dep
+	return p, pool, nil
+}
+
+// proxyPool starts a proxy in front of Env.DB's server and returns a pool
+// of Env.DB's role through it; both are stopped after the trial's final
+// checks.
+func (t *trial) proxyPool(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, error) {
 	cc := t.env.DB.Config().ConnConfig
 	p, err := pgproxy.Start(cc.Host, cc.Port)
 	if err != nil {
@@ -157,16 +178,6 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool,
 		_ = p.Close()
 		pool.Close()
 	})
-	if err := t.dep.Close(); err != nil {
-		return nil, nil, fmt.Errorf("close the direct deployment: %w", err)
-	}
-	acfg := t.cfg
-	acfg.DB = pool
-	dep, err := t.env.Meta.Attach(ctx, acfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("attach through the proxy: %w", err)
-	}
-	t.dep = dep
 	return p, pool, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/admission"
+	"github.com/reservebench/reservebench/pgtest/pgproxy"
 	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/service"
 	"github.com/reservebench/reservebench/strategy"
@@ -128,13 +129,21 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	for n := 1; n <= reps; n++ {
 		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
 		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs()}
+		if req.proxy {
+			if t.proxy, t.cfg.DB, err = t.proxyPool(ctx); err != nil {
+				t.runCleanups()
+				return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
+			}
+		}
 		dep, err := env.Meta.Open(ctx, t.cfg)
 		if err != nil {
+			t.runCleanups()
 			return nil, fmt.Errorf("%w: %s/%s trial %d: open: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
 		}
 		t.dep, t.caps = dep, strategy.Probe(env.Meta, dep)
 		if missing := req.unmet(&env, t.caps); missing != "" {
 			_ = dep.Close()
+			t.runCleanups()
 			r.Skipped = missing
 			r.Elapsed = time.Since(start)
 			return r, nil
@@ -191,6 +200,10 @@ type requirement struct {
 	// resource: the strategy needs this resource (Meta.Needs), and the
 	// harness started it, so it can kill and restart it.
 	resource strategy.Resource
+	// proxy: the trial's deployment is opened through a pgproxy of its own
+	// (trial.proxy), so the runner can cut or silence what reaches the
+	// server without Meta.Attach.
+	proxy bool
 }
 
 // runnerFor returns the runner of a kind and what it needs. Restart phases
@@ -227,7 +240,7 @@ func runnerFor(in *Scenario) (runnerFunc, requirement) {
 	case KindServerCrash:
 		return runServerCrash, requirement{server: true}
 	case KindCommitTimeout:
-		return runCommitTimeout, requirement{server: true}
+		return runCommitTimeout, requirement{server: true, proxy: true}
 	case KindExpiryRace:
 		return runExpiryRace, requirement{caps: strategy.Capabilities{Expire: true, Age: true}}
 	case KindNodeDeath:
@@ -284,7 +297,10 @@ type trial struct {
 	cfg    strategy.Config
 	dep    strategy.Deployment
 	caps   strategy.Capabilities // of dep, probed once at Open
-	hist   *History
+	// proxy stands between dep and the server when the kind asks for it
+	// (requirement.proxy); the harness's own pools go direct.
+	proxy *pgproxy.Proxy
+	hist  *History
 
 	facts   []Fact
 	varying []varyingCount

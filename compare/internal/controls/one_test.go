@@ -8,6 +8,7 @@ import (
 
 	"github.com/reservebench/reservebench/compare/internal/controls"
 	"github.com/reservebench/reservebench/pgtest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
@@ -29,8 +30,16 @@ func TestOne(t *testing.T) {
 			continue
 		}
 		found = true
-		db, admin := pgtest.Pools(t)
-		r, err := strategytest.RunScenario(context.Background(), strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Logf: t.Logf}, strategytest.MustScenario(sc))
+		in := strategytest.MustScenario(sc)
+		env := strategytest.Env{Meta: c.Meta, Resources: resourcetest.New(t, c.Meta), Logf: t.Logf}
+		if in.ExclusiveServer {
+			own := ownServer(t)
+			env.DB, env.Admin = ownDatabase(t, own)
+			env.Server = own
+		} else {
+			env.DB, env.Admin = pgtest.Pools(t)
+		}
+		r, err := strategytest.RunScenario(context.Background(), env, in)
 		if err != nil {
 			t.Fatal(err)
 		}
