@@ -72,7 +72,10 @@
 // server crash, a COMMIT waiting for a synchronous standby). Giving its unit
 // back could sell it twice, so the unit stays out of the counter, in doubt,
 // and the audit shows it as positive drift until Deployment.Settle reads the
-// outcome from the log once the insert's backend is gone. The next request
+// outcome from the log once the insert's backend is gone (not before: the
+// kit's commit-timeout scenario sends requests while COMMITs whose clients
+// gave up still wait, and ctl-settle-while-running, which decides early, is
+// caught there). The next request
 // on any node settles first, so the first request after an outage repairs
 // the counters. A release or expiry whose statement (or whose session's
 // COMMIT) fails the same way is in doubt too: the rows it moves carry a
