@@ -66,7 +66,9 @@ type Releaser interface {
 	// Release moves the reservation from HELD to RELEASED and returns the
 	// number of units this call gave back: 1 if it moved the row, 0 otherwise
 	// (already released, expired, confirmed or unknown). Replaying it, also
-	// concurrently, returns 0.
+	// concurrently, returns 0. A HELD row whose expires_at has passed is not
+	// yet expired: until a transition moves it, Release moves it too (a
+	// ConfirmUntilExpired would still confirm it).
 	Release(ctx context.Context, key string) (units int, err error)
 }
 

@@ -31,7 +31,8 @@ type tester interface {
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkDueHoldsItsUnit, checkExpireAllDue,
+// checkAnswersWhenSoldOut, checkDueHoldsItsUnit, checkDueReleases,
+// checkExpireAllDue,
 // checkOddText, checkDistinctText and, for a
 // strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
@@ -63,6 +64,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: selling around it, then its late payment, oversells nothing",
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
+			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one ExpireDue moves every due reservation, 1,100 of them at once",
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",

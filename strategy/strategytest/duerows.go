@@ -160,3 +160,71 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 			dueAtOnce, units, active, dueAtOnce)
 	}
 }
+
+// checkDueReleases: a HELD reservation whose expires_at has passed, and
+// that no transition has moved yet, is still its holder's to give back:
+// Release returns its unit and moves it out of HELD, and a late payment
+// (ConfirmUntilExpired, which would confirm it had it stayed HELD) then
+// finds nothing to confirm. A Release that refuses due rows ("expired")
+// leaves a hold its client cancelled to be confirmed and charged, and the
+// unit back only when the job runs; every scenario's releases come before
+// their rows fall due, and the timing checks try only the job and Confirm.
+func checkDueReleases(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("due-release")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	ager, ok := dep.(strategy.Ager)
+	if !ok {
+		t.Skip("no MakeDue (strategy.Ager): a due reservation cannot be made without waiting for its TTL")
+	}
+	node := dep.Node(0)
+	releaser, ok := node.(strategy.Releaser)
+	if !ok {
+		t.Skip("no Release (strategy.Releaser)")
+	}
+	key := "kit-due-release-" + sku
+	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: key, User: "kit-due-release", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve: %s, %v; want HELD", res.Outcome, err)
+	}
+	if n, err := ager.MakeDue(ctx, []string{key}); err != nil || n != 1 {
+		t.Fatalf("MakeDue: %d, %v; want 1", n, err)
+	}
+	units, err := releaser.Release(ctx, key)
+	if err != nil {
+		t.Fatalf("Release of the due, unmoved reservation: %v", err)
+	}
+	after, err := node.Lookup(ctx, key)
+	if err != nil {
+		t.Fatalf("Lookup after Release: %v", err)
+	}
+	if units != 1 || after.Status == strategy.StatusHeld || after.Status == strategy.StatusConfirmed {
+		t.Errorf("Release of a HELD reservation past its expires_at, before any transition moved it: %d units, status %s; want 1 unit and the row out of HELD", units, after.Status)
+	}
+	if c, ok := node.(strategy.Confirmer); ok {
+		moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired)
+		if err != nil {
+			t.Fatalf("Confirm (until expired) after the release: %v", err)
+		}
+		if moved {
+			t.Errorf("ConfirmUntilExpired confirmed a reservation its holder had released (Release returned %d units)", units)
+		}
+	}
+	if e, ok := node.(strategy.Expirer); ok {
+		if _, err := e.ExpireDue(ctx); err != nil {
+			t.Fatalf("ExpireDue: %v", err)
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("Audit: %+v, %v", list, err)
+	}
+	if a := list[0]; a.Active != 0 || a.Available != a.Total || a.Drift() != 0 {
+		t.Errorf("audit after releasing the due reservation and running the expiry job: %+v; want every unit available", a)
+	}
+}

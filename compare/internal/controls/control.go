@@ -54,6 +54,9 @@ const (
 	// HELD moves it with status <> 'RELEASED' (which stops a second
 	// Release, not a Confirm committed in between).
 	releaseReadThenMove
+	// releaseRefusesDue: Release moves only rows whose expires_at has not
+	// passed, as if a due row were already expired.
+	releaseRefusesDue
 	// confirmNoStatusCheck: Confirm without status = 'HELD'.
 	confirmNoStatusCheck
 	// releaseKeepsUnit: Release moves the row, returns no unit.
@@ -652,6 +655,8 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 			return 0, err
 		}
 		status = `AND status <> 'RELEASED'`
+	case releaseRefusesDue:
+		status = `AND status = 'HELD' AND expires_at >= now()`
 	case releaseConfirmed:
 		status = `AND status IN ('HELD', 'CONFIRMED')`
 	case releaseExpired:

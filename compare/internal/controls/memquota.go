@@ -21,7 +21,7 @@ func memquotaControls() []Control {
 			"Restart recounts the sales log without waiting for the node's requests in flight: one that took its unit and commits after the recount has it sold again",
 			expect("restart-in-flight", strategy.SurvivesRestart)),
 		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, SettleWhileRunning: true}),
-			"ctl-settle-while-running", "memquota-recover with one mistake", "C28-15",
+			"ctl-settle-while-running", "memquota-recover with one mistake", "new",
 			"Settle gives a unit in doubt back when its row is not in the log yet, although the backend that inserted it is still there: its COMMIT, which the client gave up on, lands later and the unit is sold twice",
 			expect("commit-timeout", strategy.Conserves)),
 	}
