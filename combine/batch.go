@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,14 +145,18 @@ func (o owner) result(req strategy.Request) (strategy.Result, bool) {
 // sqlBatch committed is unknown when the error came at its commit); once
 // sqlBatch has answered, its answers stand, and an error of sqlWhyNot is
 // only the asked requests' (reply.err).
-func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request) ([]reply, error) {
+func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, m Mistake) ([]reply, error) {
 	keys, users, ttls := make([]string, len(reqs)), make([]string, len(reqs)), make([]int64, len(reqs))
 	for i, r := range reqs {
 		keys[i], users[i], ttls[i] = r.Key, r.User, r.TTL.Microseconds()
 	}
 	out := make([]reply, len(reqs))
 	var ask []question
-	rows, err := q.Query(ctx, sqlBatch, sku, keys, users, ttls)
+	batchSQL := sqlBatch
+	if m == TakeByCandidates {
+		batchSQL = strings.Replace(sqlBatch, "s.available - (SELECT count(*) FROM ins)", "s.available - (SELECT count(*) FROM cand, stock WHERE cand.rank <= stock.available)", 1)
+	}
+	rows, err := q.Query(ctx, batchSQL, sku, keys, users, ttls)
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}

@@ -64,6 +64,11 @@ const (
 	// key's rows meet in one insert and each request is answered from the
 	// row that won.
 	KeysInOneBatch
+	// TakeByCandidates: a batch takes from the stock as many units as it
+	// tried to insert rows, not as many as it inserted: a row that ON
+	// CONFLICT DO NOTHING dropped (its key or user committed by another
+	// batch after this one's snapshot) still takes a unit.
+	TakeByCandidates
 )
 
 func (o Options) withDefaults() Options {

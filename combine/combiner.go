@@ -102,7 +102,7 @@ func (c *combiner) run(batch []*pending) {
 	c.d.countBatch(len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), c.d.opts.BatchTimeout)
 	defer cancel()
-	replies, err := serve(ctx, c.d.db, c.sku, reqs)
+	replies, err := serve(ctx, c.d.db, c.sku, reqs, c.d.opts.Mistake)
 	var again []*pending
 	for i, p := range batch {
 		switch {

@@ -52,7 +52,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		return strategy.BadRequest(err)
 	}
 	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
-		replies, err := serve(ctx, tx, req.SKU, []strategy.Request{req})
+		replies, err := serve(ctx, tx, req.SKU, []strategy.Request{req}, s.d.opts.Mistake)
 		switch {
 		case err != nil:
 			return strategy.Result{}, err

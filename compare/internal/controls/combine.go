@@ -5,11 +5,17 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// combineMistakes are combine with one mistake in how it forms a batch,
+// combineMistakes are combine with one mistake in how it forms or serves a batch,
 // claiming what combine claims.
 func combineMistakes() []Control {
-	return []Control{fromStrategy(combine.New(combine.Options{Mistake: combine.KeysInOneBatch}),
-		"ctl-combine-keys-in-one-batch", "combine with one mistake", "C28-04",
-		"a batch takes several requests with one key: one key from several users at once on one node is HELD for more than one of them",
-		expect("duplicate-key", strategy.IdempotentKey))}
+	return []Control{
+		fromStrategy(combine.New(combine.Options{Mistake: combine.KeysInOneBatch}),
+			"ctl-combine-keys-in-one-batch", "combine with one mistake", "C28-04",
+			"a batch takes several requests with one key: one key from several users at once on one node is HELD for more than one of them",
+			expect("duplicate-key", strategy.IdempotentKey)),
+		fromStrategy(combine.New(combine.Options{Mistake: combine.TakeByCandidates}),
+			"ctl-combine-take-by-candidates", "combine with one mistake", "C28-04",
+			"a batch takes as many units as rows it tried to insert: a row that ON CONFLICT dropped (its key committed for another SKU by a batch running beside it) still takes a unit",
+			expect("duplicate-key", strategy.Conserves)),
+	}
 }
