@@ -161,6 +161,11 @@ type Options struct {
 	// still waiting when Settle reads (the client gave up on it) leaves its
 	// unit given back and then sold as well.
 	SettleWhileRunning bool
+	// MovesToRestarted is a deliberate mistake, for the negative controls
+	// of table 28-1 only: Settle gives the unit of a release in doubt to
+	// the node running now, even when that node restarted since and its
+	// recount of the log already counted the unit.
+	MovesToRestarted bool
 }
 
 func (o Options) validate() error {

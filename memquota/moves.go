@@ -84,10 +84,17 @@ func (d *Deployment) settleMoves(ctx context.Context) (int, error) {
 		}
 		owner := int(*r.Node)
 		m := moves[i]
-		if owner < 0 || owner >= len(d.nodes) || d.nodes[owner].Load() != m.owners[owner] {
-			continue // a node restarted since counted the log itself
+		if owner < 0 || owner >= len(d.nodes) {
+			continue
 		}
-		if c := m.owners[owner].counters[*r.SKU]; c != nil {
+		to := m.owners[owner]
+		if d.nodes[owner].Load() != to {
+			if !d.opts.MovesToRestarted {
+				continue // a node restarted since counted the log itself
+			}
+			to = d.nodes[owner].Load()
+		}
+		if c := to.counters[*r.SKU]; c != nil {
 			c.put()
 			back++
 		}

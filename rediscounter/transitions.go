@@ -15,7 +15,9 @@ import (
 // RETURNING what moved), then give each moved row's unit back in Redis
 // with giveBackScript, which returns a unit only for a key still marked.
 // A crash between the two loses the unit from the counter (the row is no
-// longer active, the counter not raised): undersell, until a recount.
+// longer active, the counter not raised): undersell, until a recount, or,
+// for a release, until it is sent again (Release gives back a unit still
+// owed for a row already moved).
 const (
 	sqlConfirm = `
 UPDATE rediscounter_reservation SET status = 'CONFIRMED', updated_at = now()
@@ -25,6 +27,15 @@ WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD' AND ($3 OR expires_
 UPDATE rediscounter_reservation SET status = 'RELEASED', updated_at = now()
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
 RETURNING sku, request_key, user_id`
+
+	// sqlReleased finds the row of a key that a transition already moved
+	// out of the active statuses: a Release sent again after an unknown
+	// outcome (its UPDATE committed, the answer and the unit's return to
+	// Redis never came) gives the unit back then, since giveBackScript
+	// returns a unit only for a key still marked.
+	sqlReleased = `
+SELECT sku, request_key, user_id FROM rediscounter_reservation
+WHERE request_key = $1 AND sku = ANY($2) AND status IN ('RELEASED', 'EXPIRED')`
 
 	sqlExpireDue = `
 UPDATE rediscounter_reservation SET status = 'EXPIRED', updated_at = now()
@@ -97,6 +108,22 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	}
 	if _, err := n.d.giveBack(ctx, moved); err != nil {
 		return 0, fmt.Errorf("%s: release %q: the row moved, the unit did not come back: %w", Name, key, err)
+	}
+	if len(moved) == 0 {
+		// Moved before, perhaps by a call whose outcome its client never
+		// learned: a unit still owed to Redis comes back now. This call
+		// moved nothing, so it reports 0.
+		rows, err := n.d.db.Query(ctx, sqlReleased, key, n.d.skus)
+		if err != nil {
+			return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
+		}
+		owed, err := scanReturned(rows)
+		if err != nil {
+			return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
+		}
+		if _, err := n.d.giveBack(ctx, owed); err != nil {
+			return 0, fmt.Errorf("%s: release %q: the unit still owed did not come back: %w", Name, key, err)
+		}
 	}
 	return len(moved), nil
 }

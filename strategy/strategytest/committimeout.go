@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
 )
 
@@ -18,16 +19,26 @@ import (
 // client has gone. While those COMMITs wait, a
 // second wave of as many requests runs on the same SKUs (a strategy that
 // settles its doubts on the next request does it now, before it can know).
-// Then the commits finish. The harness records the first wave as unknown,
-// and the checks find what really happened.
+// A release sent while the COMMITs wait is in doubt the same way; a
+// strategy that claims to survive restarts then restarts the node it was
+// sent to before anything else reaches it (a unit given back for that
+// release after the restart recounted it is counted twice). Then the
+// commits finish. The harness records the first wave as unknown, and the
+// checks find what really happened.
 func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.proxy.LoseCancels(true)
+	waves := t.in.Stock[:len(t.in.Stock)-1] // the last SKU is the release's
+	relKey, err := t.holdToRelease(ctx)
+	if err != nil {
+		return err
+	}
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, "reservebench_no_such_standby"); err != nil {
 		return err
 	}
 	// A second is far more than a reservation needs to reach its COMMIT, even
 	// under -race on a loaded machine; the COMMIT then waits for ever.
-	t.load(ctx, t.in.Requests, "slow", time.Second, nil, nil, nil)
+	t.loadOver(ctx, waves, t.in.Requests, "slow", time.Second)
+	relErr := t.releaseWhileWaiting(ctx, relKey)
 	ok, fail, info := t.countTypesOf("slow")
 	var waiting int
 	if err := t.env.Admin.QueryRow(ctx, syncRepWaitingSQL).Scan(&waiting); err != nil {
@@ -36,7 +47,7 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.fact("COMMITs still waiting, their clients gone, when the second wave began", "%s", yesNo(waiting > 0))
 	t.vary("COMMITs still waiting when the second wave began", waiting)
 	t.vary("cancel requests lost by the proxy before the second wave", t.proxy.LostCancels())
-	t.load(ctx, t.in.Requests, "then", time.Second, nil, nil, nil)
+	t.loadOver(ctx, waves, t.in.Requests, "then", time.Second)
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, ""); err != nil {
 		return err
 	}
@@ -47,6 +58,9 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 		return err
 	}
 	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends still busy after the wait was lifted", busyBackendsSQL); err != nil {
+		return err
+	}
+	if err := t.restartAfterRelease(ctx, relKey, relErr); err != nil {
 		return err
 	}
 	t.fact("first wave: requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
@@ -99,4 +113,69 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// holdToRelease holds one unit of the scenario's last SKU on node 0, for a
+// strategy with Release; it returns its key ("" without Release).
+func (t *trial) holdToRelease(ctx context.Context) (string, error) {
+	if _, ok := t.node(0).(strategy.Releaser); !ok {
+		return "", nil
+	}
+	last := t.in.Stock[len(t.in.Stock)-1].SKU
+	key := t.key("release-0000")
+	op := t.reserveDefinite(ctx, "r", 0, strategy.Request{Key: key, User: t.user("user-release-0000"), SKU: t.sku(last), TTL: strategy.TTLForever})
+	if op.Type != OpOK || op.Outcome != strategy.OutcomeHeld {
+		return "", fmt.Errorf("hold the reservation to release: %s %s %s", op.Type, op.Outcome, op.Err)
+	}
+	return key, nil
+}
+
+// releaseWhileWaiting releases key with a deadline while COMMITs wait, and
+// returns its error: nil would mean an answer before its COMMIT.
+func (t *trial) releaseWhileWaiting(ctx context.Context, key string) error {
+	if key == "" {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := t.release(rctx, "r", 0, key)
+	return err
+}
+
+// restartAfterRelease reports what the release sent while COMMITs waited
+// got, restarts node 0 when the strategy claims to survive restarts, and
+// sends the release again as the contract allows: it gives back nothing
+// more when the first one committed.
+func (t *trial) restartAfterRelease(ctx context.Context, key string, relErr error) error {
+	if key == "" {
+		t.fact("release while COMMITs wait", "not applicable: no Release (strategy.Releaser)")
+		return nil
+	}
+	t.fact("release while COMMITs wait", "%s", map[bool]string{true: "ended with an error (unknown)", false: "answered before its COMMIT could return"}[relErr != nil])
+	if r, ok := t.dep.(strategy.Restarter); ok && t.env.Meta.Claims.Has(strategy.SurvivesRestart) {
+		if err := r.Restart(ctx, 0); err != nil {
+			return fmt.Errorf("restart node 0 after the release in doubt: %w", err)
+		}
+		t.restarted = true
+		t.fact("then", "node 0 restarted before it served anything else (the strategy claims survives-restart)")
+	}
+	durable, err := t.lookupAll(ctx, []string{key})
+	if err != nil {
+		return err
+	}
+	units, err := t.release(ctx, "r-again", 0, key)
+	if err != nil {
+		return fmt.Errorf("release %s again: %w", t.plain(key), err)
+	}
+	was := durable[key].Status
+	t.check(strategy.ReturnOnce, "a release sent again after an unknown outcome gives back nothing more when the first committed", was != strategy.StatusReleased || units == 0,
+		fmt.Sprintf("the row was %s before the resend, which gave back %d", was, units), key)
+	return nil
+}
+
+// loadOver is t.load with the requests spread over these SKUs only.
+func (t *trial) loadOver(ctx context.Context, stock []StockInput, n int, prefix string, timeout time.Duration) {
+	t.loadStock = stock
+	defer func() { t.loadStock = nil }()
+	t.load(ctx, n, prefix, timeout, nil, nil, nil)
 }

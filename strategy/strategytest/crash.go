@@ -39,7 +39,11 @@ func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Dur
 				if timeout > 0 {
 					rctx, cancel = context.WithTimeout(ctx, timeout)
 				}
-				sku := t.sku(t.in.Stock[i%len(t.in.Stock)].SKU)
+				stock := t.in.Stock
+				if t.loadStock != nil {
+					stock = t.loadStock
+				}
+				sku := t.sku(stock[i%len(stock)].SKU)
 				op := t.reserve(rctx, fmt.Sprintf("w%d", w), i, strategy.Request{
 					Key: t.key(fmt.Sprintf("%s-%04d", prefix, i)), User: t.user(fmt.Sprintf("user-%s-%04d", prefix, i)), SKU: sku, TTL: strategy.TTLForever})
 				cancel()

@@ -300,7 +300,10 @@ type trial struct {
 	// proxy stands between dep and the server when the kind asks for it
 	// (requirement.proxy); the harness's own pools go direct.
 	proxy *pgproxy.Proxy
-	hist  *History
+	// loadStock, when set, are the SKUs t.load spreads its requests over
+	// instead of the scenario's.
+	loadStock []StockInput
+	hist      *History
 
 	facts   []Fact
 	varying []varyingCount

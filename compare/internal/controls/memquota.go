@@ -24,5 +24,9 @@ func memquotaControls() []Control {
 			"ctl-settle-while-running", "memquota-recover with one mistake", "new",
 			"Settle gives a unit in doubt back when its row is not in the log yet, although the backend that inserted it is still there: its COMMIT, which the client gave up on, lands later and the unit is sold twice",
 			expect("commit-timeout", strategy.Conserves)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, MovesToRestarted: true}),
+			"ctl-moves-to-restarted", "memquota-recover with one mistake", "C28-15",
+			"Settle gives the unit of a release in doubt to the node running now, although that node restarted since and its recount of the log already counted the unit",
+			expect("commit-timeout", strategy.SurvivesRestart)),
 	}
 }
