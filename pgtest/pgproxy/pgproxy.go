@@ -92,8 +92,10 @@ type Proxy struct {
 	// losing: cancel requests are swallowed; lost counts them.
 	losing bool
 	lost   int
-	hits   chan Hit
-	wg     sync.WaitGroup
+	// gone: the backends of the connections that have closed.
+	gone []uint32
+	hits chan Hit
+	wg   sync.WaitGroup
 }
 
 // Start listens on a free loopback port and proxies to the server at host
@@ -186,6 +188,18 @@ func (p *Proxy) LostCancels() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lost
+}
+
+// Closed is the backend of every connection that has closed, client and
+// server side, in the order they closed. The server learns of the close only
+// when it next reads from the connection: a backend whose COMMIT waits for a
+// standby is still there, and so, for a moment, is one that has finished and
+// is on its way out. Wait for these pids to leave pg_stat_activity before
+// reading what such a backend did.
+func (p *Proxy) Closed() []uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]uint32(nil), p.gone...)
 }
 
 // loseCancel reports whether a cancel request is to be swallowed, and
@@ -286,6 +300,9 @@ func (p *Proxy) accept() {
 			l.run(dark)
 			p.mu.Lock()
 			delete(p.links, l)
+			if pid := l.backendPID(); pid != 0 {
+				p.gone = append(p.gone, pid)
+			}
 			p.mu.Unlock()
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,6 +127,10 @@ func TestLoseCancels(t *testing.T) {
 			require.NoError(t, direct.QueryRow(context.Background(), "SELECT state, query FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state, &query))
 			require.Equal(t, "active", state, "the statement runs on: its cancel was lost")
 			require.Contains(t, query, "pg_sleep")
+			for !slices.Contains(p.Closed(), pid) {
+				require.True(t, time.Now().Before(deadline), "the closed connection's backend is not in Closed after 30s")
+				time.Sleep(10 * time.Millisecond) // paces the question; the list decides
+			}
 			_, err = direct.Exec(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid))
 			require.NoError(t, err)
 		})

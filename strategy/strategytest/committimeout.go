@@ -60,6 +60,14 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends still busy after the wait was lifted", busyBackendsSQL); err != nil {
 		return err
 	}
+	// A backend whose client left while its COMMIT waited learns of it only
+	// once the COMMIT is done, and is idle for a moment before it exits. A
+	// strategy may rightly keep a unit in doubt while that backend is there
+	// (memquota does): its transaction could, for all it can see, still be
+	// running. The clients resend once those backends are gone.
+	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends of connections their clients closed", goneBackendsSQL, t.proxy.Closed()); err != nil {
+		return err
+	}
 	if err := t.restartAfterRelease(ctx, relKey, relErr); err != nil {
 		return err
 	}
@@ -86,12 +94,20 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	// request again with its key. Most deadlines expire at COMMIT, and the
 	// row is there (REPLAY); on a loaded machine one can expire before (in
 	// Redis, for rediscounter, after its unit was taken and before its row
-	// was written), and the resend is what settles that unit (HELD). How
+	// was written), and the resend is what settles that unit (HELD, or
+	// SOLD_OUT where the node it reaches has no unit left: then-0000 on
+	// memquota's node 0, whose share of sku-a slow-0000 holds, when its
+	// deadline expired before its lookup answered). How
 	// many of each is the machine's doing, not the strategy's: counted, not
 	// a fact. The trial's audit comes after the resends.
-	committed, _ := t.resend(ctx, unknown, durable)
+	committed, answers := t.resend(ctx, unknown, durable)
 	t.vary("unknown outcomes that had committed", committed)
-	t.vary("unknown outcomes that had not committed (sent again: HELD)", len(unknown)-committed)
+	t.vary("unknown outcomes that had not committed", len(unknown)-committed)
+	for _, o := range strategy.Outcomes {
+		if answers[string(o)] > 0 {
+			t.vary("unknown outcomes sent again: "+string(o), answers[string(o)])
+		}
+	}
 	return nil
 }
 
@@ -107,6 +123,10 @@ const busyBackendsSQL = `
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
   AND state IS DISTINCT FROM 'idle'`
+
+// goneBackendsSQL counts the backends among these pids that are still
+// there.
+const goneBackendsSQL = `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int4[])`
 
 func yesNo(b bool) string {
 	if b {
