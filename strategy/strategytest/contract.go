@@ -66,6 +66,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
+			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one ExpireDue moves every due reservation, 1,100 of them at once",
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",

@@ -518,6 +518,18 @@ func (t *trial) releaseConfirmed(ctx context.Context, key string) error {
 	})
 	t.check(strategy.OneActivePerUser, "a user whose reservation was confirmed is refused the SKU under a new key", second.Outcome == strategy.OutcomeUserLimit,
 		fmt.Sprintf("%s answered %s %s", t.plain(second.Req.Key), second.Outcome, second.Err), second.Req.Key)
+	// The confirmed request sent again is a REPLAY of the reservation as
+	// it is now: a client that lost the first answer learns it is paid for
+	// (a replay query that folds CONFIRMED into HELD passes every other
+	// check).
+	var bad []string
+	for node := 0; node < t.cfg.NodeCount(); node++ {
+		again := t.reserveDefinite(ctx, "c", node, strategy.Request{Key: key, User: t.user(fmt.Sprintf("user-%04d", n)), SKU: t.sku(t.in.Stock[0].SKU), TTL: strategy.TTLForever})
+		if again.Outcome != strategy.OutcomeReplay || again.Answer.Status != strategy.StatusConfirmed {
+			bad = append(bad, fmt.Sprintf("node %d answered %s %s %s", node, again.Outcome, again.Answer.Status, again.Err))
+		}
+	}
+	t.check(strategy.IdempotentKey, "a confirmed reservation's request sent again is a REPLAY that says CONFIRMED", len(bad) == 0, sample(bad), key)
 	return nil
 }
 
