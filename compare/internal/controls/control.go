@@ -57,6 +57,10 @@ const (
 	// releaseRefusesDue: Release moves only rows whose expires_at has not
 	// passed, as if a due row were already expired.
 	releaseRefusesDue
+	// replayFoldsConfirmed: the reserve path's lookup of a known key reads
+	// CONFIRMED as HELD, so a paid reservation's request sent again is a
+	// REPLAY that says HELD.
+	replayFoldsConfirmed
 	// confirmNoStatusCheck: Confirm without status = 'HELD'.
 	confirmNoStatusCheck
 	// releaseKeepsUnit: Release moves the row, returns no unit.
@@ -409,6 +413,15 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 	return r, err
 }
 
+// replayIn is the reserve path's lookup of a known key.
+func (c *control) replayIn(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
+	r, err := c.lookupIn(ctx, q, key)
+	if c.breaks == replayFoldsConfirmed && r.Status == strategy.StatusConfirmed {
+		r.Status = strategy.StatusHeld
+	}
+	return r, err
+}
+
 func (c *control) owns(sku string) bool {
 	for _, s := range c.skus {
 		if s == sku {
@@ -500,7 +513,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		}
 	}
 	if c.breaks == keyNotUnique || c.breaks == keyPerSKU {
-		existing, err := c.lookupIn(ctx, tx, req.Key)
+		existing, err := c.replayIn(ctx, tx, req.Key)
 		if err != nil {
 			return strategy.Result{}, err
 		}
@@ -544,7 +557,7 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "23505":
 		_ = sp.Rollback(ctx)
-		existing, lerr := c.lookupIn(ctx, tx, req.Key)
+		existing, lerr := c.replayIn(ctx, tx, req.Key)
 		switch {
 		case lerr != nil:
 			return strategy.Result{}, lerr
