@@ -139,7 +139,7 @@ func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment,
 		nodes: make([]atomic.Pointer[node], n),
 	}
 	for i := 0; i < n; i++ {
-		nd, err := d.start(ctx, i)
+		nd, err := d.start(ctx, i, false)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +198,7 @@ WHERE sh.node = $1 AND sh.sku = ANY($2)`
 // start builds node i with the counters the restart mode prescribes:
 // FromConfig, the configured share; FromLog, the share minus the node's
 // active rows in the sales log.
-func (d *Deployment) start(ctx context.Context, i int) (*node, error) {
+func (d *Deployment) start(ctx context.Context, i int, restart bool) (*node, error) {
 	rows, err := d.db.Query(ctx, startCountsSQL, i, d.skus)
 	if err != nil {
 		return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
@@ -215,6 +215,9 @@ func (d *Deployment) start(ctx context.Context, i int) (*node, error) {
 		c := &counter{}
 		avail := int64(share)
 		if d.opts.Restart == FromLog {
+			if restart && d.opts.RecountEvenShare {
+				avail = int64(strategy.ShareOf(d.known[sku], len(d.nodes), i))
+			}
 			avail = max(0, avail-active) // below 0 only after an oversell: nothing left to sell
 		}
 		c.n.Store(avail)
@@ -255,7 +258,7 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if d.closed.Load() {
 		return fmt.Errorf("memquota: restart node %d: %w", i, strategy.ErrNodeClosed)
 	}
-	nd, err := d.start(ctx, i)
+	nd, err := d.start(ctx, i, true)
 	if err != nil {
 		return err
 	}

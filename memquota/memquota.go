@@ -166,6 +166,16 @@ type Options struct {
 	// the node running now, even when that node restarted since and its
 	// recount of the log already counted the unit.
 	MovesToRestarted bool
+	// RollbackGivesBack is a deliberate mistake, for the negative controls
+	// of table 28-1 only: an expiry job held open that is rolled back gives
+	// back the units of the rows it had moved, as if it had committed; the
+	// rows stay HELD and their units are sold again.
+	RollbackGivesBack bool
+	// RecountEvenShare is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a restarted node recounts from an even split of
+	// the SKU's total (strategy.ShareOf) instead of its configured share,
+	// so a node whose share was smaller sells what another node holds.
+	RecountEvenShare bool
 }
 
 func (o Options) validate() error {

@@ -151,4 +151,10 @@ func (s *session) giveBack() {
 		s.n.counters[t.sku].put()
 	}
 	s.taken = nil
+	if s.n.d.opts.RollbackGivesBack {
+		for _, m := range s.returned {
+			s.n.d.giveBack(int(m.Node), m.SKU)
+		}
+		s.returned = nil
+	}
 }

@@ -28,5 +28,13 @@ func memquotaControls() []Control {
 			"ctl-moves-to-restarted", "memquota-recover with one mistake", "C28-15",
 			"Settle gives the unit of a release in doubt to the node running now, although that node restarted since and its recount of the log already counted the unit",
 			expect("commit-timeout", strategy.SurvivesRestart)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, RollbackGivesBack: true}),
+			"ctl-expiry-rollback-gives-back", "memquota-recover with one mistake", "C28-09",
+			"an expiry job held open that is rolled back gives back the units of the rows it had moved: they stay HELD and their units sell again",
+			expect("deployment-contract", contract)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, RecountEvenShare: true}),
+			"ctl-recount-even-share", "memquota-recover with one mistake", "C28-15",
+			"a restarted node recounts from an even split of the SKU's total instead of its configured share: a node whose share was smaller sells units another node holds",
+			expect("restart", strategy.SurvivesRestart)),
 	}
 }
