@@ -66,6 +66,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a plain request beside an attempt held open on the last unit waits or is refused, and one reservation holds the unit",
+			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one ExpireDue moves every due reservation, 1,100 of them at once",
