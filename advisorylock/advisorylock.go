@@ -5,7 +5,7 @@
 // docs/adding-a-strategy.md: one package, one import line in package all.
 //
 // Its constructors are those of every strategy package: [Name], [Options]
-// (nothing to tune yet), [Meta] (the registered strategy), [New] (a variant)
+// (nothing to tune; one deliberate mistake for the negative controls), [Meta] (the registered strategy), [New] (a variant)
 // and [Open], which returns the concrete [*Deployment]
 // (strategy.Deployment, strategy.Restarter, strategy.Ager and the pgbench
 // script of package bench). Meta.Attach opens a second process over stock
@@ -70,7 +70,13 @@ func init() { strategy.Register(Meta()) }
 
 // Options configure the strategy. There is nothing to tune yet: the zero
 // value is the registered strategy.
-type Options struct{}
+type Options struct {
+	// SessionLockApart is a deliberate mistake, for the negative controls
+	// of table 28-1 only: an attempt held open takes the SKU's lock under
+	// another key than a plain request does, so the two never exclude
+	// each other and both count the last unit as free.
+	SessionLockApart bool
+}
 
 // Meta describes the strategy for the registry.
 func Meta() strategy.Meta { return New(Options{}) }
@@ -164,7 +170,7 @@ const (
 // Open creates the schema if needed and loads the stock of cfg, in one
 // transaction; a SKU that already has stock fails the whole Open with an
 // error matching strategy.ErrStockExists.
-func Open(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
+func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	err := schema.Load(ctx, cfg, func(tx pgx.Tx) error {
 		for _, s := range cfg.Stock {
 			tag, err := tx.Exec(ctx, insertStockSQL, s.SKU, s.Total)
@@ -180,22 +186,22 @@ func Open(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, err
 	if err != nil {
 		return nil, fmt.Errorf("advisorylock: open: %w", err)
 	}
-	return newDeployment(cfg), nil
+	return newDeployment(cfg, opts), nil
 }
 
 // attach is Meta.Attach: it checks the stock another process loaded and
 // writes nothing.
 // Every strategy's attach has this shape (its options, then
 // pgstrategy.Schema.Attach, then its deployment) on purpose.
-func attach(ctx context.Context, cfg strategy.Config, _ Options) (*Deployment, error) {
+func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("advisorylock: %w", err)
 	}
-	return newDeployment(cfg), nil
+	return newDeployment(cfg, opts), nil
 }
 
-func newDeployment(cfg strategy.Config) *Deployment {
-	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+func newDeployment(cfg strategy.Config, opts Options) *Deployment {
+	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), opts: opts}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -210,6 +216,7 @@ type Deployment struct {
 	db   *pgxpool.Pool
 	skus []string
 	owns pgstrategy.SKUs
+	opts Options
 }
 
 // Compile-time checks of what the package offers. Every strategy package has
@@ -266,7 +273,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	var badReq error
 	err := pgx.BeginFunc(ctx, n.d.db, func(tx pgx.Tx) error {
 		var err error
-		res, err = reserveIn(ctx, tx, req)
+		res, err = reserveIn(ctx, tx, req, lockSKUSQL)
 		if errors.Is(err, strategy.ErrBadRequest) {
 			badReq = err
 			return err // roll back
@@ -284,8 +291,8 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 
 // reserveIn is the whole decision, inside tx; the plain path and sessions
 // share it.
-func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
-	if _, err := tx.Exec(ctx, lockSKUSQL, req.SKU); err != nil {
+func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL string) (strategy.Result, error) {
+	if _, err := tx.Exec(ctx, lockSQL, req.SKU); err != nil {
 		return strategy.Result{}, err
 	}
 	// Under the lock every statement sees what committed before it was granted.
@@ -424,7 +431,11 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if err := s.d.owns.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req) })
+	lockSQL := lockSKUSQL
+	if s.d.opts.SessionLockApart {
+		lockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
+	}
+	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL) })
 }
 
 // ExpireDue runs the expiry job inside the session (kill-release scenario).

@@ -289,6 +289,7 @@ func All() []Control {
 	out = append(out, counterMistakes()...)
 	out = append(out, combineMistakes()...)
 	out = append(out, onetripMistakes()...)
+	out = append(out, advisorylockMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
