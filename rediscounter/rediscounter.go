@@ -83,6 +83,10 @@ const (
 	// restarted node or another, that took its unit and commits after the
 	// read has its unit sold again.
 	RestartRecountsCommitted
+	// RecountBounded: KeepRecover's recount keeps the script's arguments
+	// below 1,000 active reservations and subtracts only those, so a SKU
+	// with more sells the rest again after a restart.
+	RecountBounded
 )
 
 func (o Options) keep() Keep {

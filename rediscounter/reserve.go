@@ -212,6 +212,9 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool, node stri
 		}); err != nil {
 			return fmt.Errorf("recount %q: %w", sku, err)
 		}
+		if d.mistake == RecountBounded && len(pairs) > 2*1000 {
+			pairs = pairs[:2*1000]
+		}
 		units -= len(pairs) / 2
 		if d.mistake == RecoverCountOnly {
 			pairs = nil

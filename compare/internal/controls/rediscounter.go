@@ -25,5 +25,9 @@ func counterMistakes() []Control {
 			"ctl-counter-restart-recounts-committed", "rediscounter-recover with one mistake", "seed 002",
 			"a node's restart sets the shared counter from the committed reservations at once: a request in flight on any node, its unit taken and its row not yet committed, has that unit sold again",
 			expect("restart-in-flight", strategy.SurvivesRestart)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Keep: rediscounter.KeepRecover, Mistake: rediscounter.RecountBounded}),
+			"ctl-counter-recount-bounded", "rediscounter-recover with one mistake", "seed 002",
+			"a restart recounts at most 1,000 active reservations of a SKU (to keep the script's arguments bounded) and subtracts only those: a SKU with more sells the rest again",
+			expect("deployment-contract", contract)),
 	}
 }
