@@ -239,7 +239,20 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 			lane.Add(1)
 			go func() {
 				defer lane.Done()
-				sr.Results[i], _ = runScenarioBounded(ctx, opts, env(in), in)
+				// The lane overlaps the scenarios below, one of which
+				// kills and restarts the strategy's Redis
+				// (redis-restart): a scenario of the lane gets a Redis of
+				// its own, as it gets a server of its own.
+				own, err := resourcetest.Start(ctx, meta)
+				if err != nil {
+					sr.Results[i] = errored(meta, in, fmt.Errorf("resources for %s: %w", meta.Name, err))
+					logf(sr.Results[i], in)
+					return
+				}
+				defer own.Close()
+				e := env(in)
+				e.Resources = own
+				sr.Results[i], _ = runScenarioBounded(ctx, opts, e, in)
 				logf(sr.Results[i], in)
 			}()
 		}
