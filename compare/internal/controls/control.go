@@ -61,6 +61,10 @@ const (
 	// CONFIRMED as HELD, so a paid reservation's request sent again is a
 	// REPLAY that says HELD.
 	replayFoldsConfirmed
+	// resendAfterErrorSoldOut: a request whose earlier attempt failed
+	// with an error, sent again and finding no row, is answered SOLD_OUT
+	// ("it failed: the stock must have run out").
+	resendAfterErrorSoldOut
 	// confirmNoStatusCheck: Confirm without status = 'HELD'.
 	confirmNoStatusCheck
 	// releaseKeepsUnit: Release moves the row, returns no unit.
@@ -314,6 +318,7 @@ type control struct {
 	nodes        []*node
 	firstRunDied atomic.Bool // splitRelease: the first expiry run has died
 	soldOut      sync.Map    // soldOutFirst: the SKUs answered SOLD_OUT
+	failed       sync.Map    // resendAfterErrorSoldOut: the keys whose attempt failed
 }
 
 type node struct {
@@ -450,6 +455,11 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if _, out := n.c.soldOut.Load(req.SKU); out {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
+	if _, failed := n.c.failed.Load(req.Key); failed {
+		if r, err := n.c.lookupIn(ctx, n.c.db, req.Key); err == nil && r.Status == strategy.StatusNotFound {
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+		}
+	}
 	var res strategy.Result
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
 		if n.c.breaks == asyncCommit {
@@ -466,6 +476,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
 	})
+	if err != nil && n.c.breaks == resendAfterErrorSoldOut {
+		n.c.failed.Store(req.Key, true)
+	}
 	if err != nil && n.c.breaks == errorIsSoldOut {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
