@@ -13,9 +13,17 @@ import (
 
 // redisPause is how long stallInFlight keeps Redis busy: longer than the
 // 2 to 3 s a client usually waits for a reply (go-redis's default
-// ReadTimeout is 3 s), shorter than the 5 s after which Redis answers the
-// commands it holds with BUSY errors instead of running them.
-const redisPause = 4 * time.Second
+// ReadTimeout is 3 s) plus the probe's wait (stallProbe), shorter than the
+// 5 s after which Redis answers the commands it holds with BUSY errors
+// instead of running them.
+const redisPause = 4500 * time.Millisecond
+
+// stallProbe is how long a PING goes unanswered before the stall is taken
+// to have begun. At 100 ms a PING on a loaded machine timed out before the
+// script ran (1 table run in about 5): the request held in the database was
+// let go too early, its unlock was answered, and ctl-lock-unlock-error-is-busy
+// escaped.
+const stallProbe = 500 * time.Millisecond
 
 // busyScript keeps Redis busy for ARGV[1] microseconds. Redis runs one
 // script at a time and reads no socket meanwhile, so the commands clients
@@ -106,7 +114,7 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	// not assumed after a delay. A PING that timed out on a loaded machine
 	// only means the requests may meet a shorter stall.
 	probeOpt := *opt
-	probeOpt.ReadTimeout, probeOpt.MaxRetries, probeOpt.PoolSize = 100*time.Millisecond, -1, 1
+	probeOpt.ReadTimeout, probeOpt.MaxRetries, probeOpt.PoolSize = stallProbe, -1, 1
 	probe := redis.NewClient(&probeOpt)
 	defer probe.Close()
 	for {
