@@ -13,17 +13,19 @@ import (
 
 // redisPause is how long stallInFlight keeps Redis busy: longer than the
 // 2 to 3 s a client usually waits for a reply (go-redis's default
-// ReadTimeout is 3 s) plus the probe's wait (stallProbe), shorter than the
-// 5 s after which Redis answers the commands it holds with BUSY errors
-// instead of running them.
-const redisPause = 4500 * time.Millisecond
+// ReadTimeout is 3 s), shorter than the 5 s after which Redis answers the
+// commands it holds with BUSY errors instead of running them. The request
+// held in the database must send its last Redis call (an unlock) within
+// redisPause - 3 s of the stall's start for that call to time out; its
+// COMMIT comes first, and on a loaded disk a COMMIT can take a second or
+// more (at 4 s, ctl-lock-unlock-error-is-busy escaped in 2 of 4 table runs
+// on 2026-12-03), so the pause is as long as Redis allows.
+const redisPause = 4800 * time.Millisecond
 
 // stallProbe is how long a PING goes unanswered before the stall is taken
-// to have begun. At 100 ms a PING on a loaded machine timed out before the
-// script ran (1 table run in about 5): the request held in the database was
-// let go too early, its unlock was answered, and ctl-lock-unlock-error-is-busy
-// escaped.
-const stallProbe = 500 * time.Millisecond
+// to have begun: a PING that timed out on a loaded machine only means the
+// requests may meet a shorter stall.
+const stallProbe = 100 * time.Millisecond
 
 // busyScript keeps Redis busy for ARGV[1] microseconds. Redis runs one
 // script at a time and reads no socket meanwhile, so the commands clients
