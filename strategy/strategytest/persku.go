@@ -199,3 +199,27 @@ func reserveUnlessBusy(ctx context.Context, s strategy.Strategy, req strategy.Re
 		}
 	}
 }
+
+// reserveUntilAnswered sends req until it gets an answer that is neither
+// an error nor BUSY, at most busyTries times. It is for a check's setup, not
+// its subject: an error leaves the outcome unknown, and sending the same key
+// again is how the contract resolves it (a REPLAY if the first one held).
+// A SERIALIZABLE strategy that gives up after its retry policy under the
+// setup's concurrency is doing what it documents, and the check is not
+// about that.
+//
+// A REPLAY of a HELD reservation after an error is answered HELD: the send
+// that erred is the one that held it.
+func reserveUntilAnswered(ctx context.Context, s strategy.Strategy, req strategy.Request) (strategy.Result, error) {
+	erred := false
+	for try := 1; ; try++ {
+		res, err := s.Reserve(ctx, req)
+		if erred && err == nil && res.Outcome == strategy.OutcomeReplay && res.Reservation.Status == strategy.StatusHeld {
+			res.Outcome = strategy.OutcomeHeld
+		}
+		if (err == nil && res.Outcome != strategy.OutcomeBusy) || try == busyTries || ctx.Err() != nil {
+			return res, err
+		}
+		erred = erred || err != nil
+	}
+}
