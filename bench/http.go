@@ -185,8 +185,9 @@ func (f *HTTPFront) Close() error {
 
 // httpNode is a client of the service that answers like a strategy node,
 // so that Drive classifies its answers as it classifies the library's: a
-// 503 is an *admission.RejectedError (shed), a 400 BAD_REQUEST a
-// refusal, a 500 or a broken connection an unknown outcome (an error).
+// 503 is an *admission.RejectedError (shed) or the strategy's BUSY, a 400
+// BAD_REQUEST a refusal, a 500 or a broken connection an unknown outcome
+// (an error).
 type httpNode struct {
 	base   string
 	client *http.Client
@@ -242,6 +243,9 @@ func (n *httpNode) Reserve(ctx context.Context, r strategy.Request) (strategy.Re
 	case http.StatusBadRequest:
 		return strategy.Result{Outcome: strategy.OutcomeBadRequest}, &strategy.RequestError{Field: a.Field, Reason: a.Error}
 	case http.StatusServiceUnavailable:
+		if a.Outcome == string(strategy.OutcomeBusy) { // the strategy's BUSY, as a node answers it
+			return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
+		}
 		if rej := rejection(a, hdr); rej != nil {
 			return strategy.Result{}, rej
 		}

@@ -51,6 +51,8 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case callErr == nil && res.Outcome == strategy.OutcomeBusy:
+		s.refuseBusy(w)
 	case callErr == nil:
 		code, ok := statusOf[res.Outcome]
 		if !ok {

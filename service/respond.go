@@ -53,6 +53,20 @@ func (s *Service) write(w http.ResponseWriter, code int, body answer) {
 
 // refuse answers 503 with Retry-After: nothing touched the database.
 func (s *Service) refuse(w http.ResponseWriter, outcome string) {
+	s.unavailable(w, outcome, "not admitted, nothing was written: send the same request again after Retry-After")
+}
+
+// refuseBusy answers the strategy's BUSY (its lock was not granted within
+// its wait bound, or a component it needs is down) as seed 000 answers a
+// request the service could not take: 503 with Retry-After, the same key
+// safe to send again, because BUSY promises that nothing was written. It
+// is not UNKNOWN (500), which would send the client to look the key up
+// first.
+func (s *Service) refuseBusy(w http.ResponseWriter) {
+	s.unavailable(w, string(strategy.OutcomeBusy), "the strategy could not decide now (a lock not granted within its wait bound, or a component it needs down); nothing was written: send the same request again after Retry-After")
+}
+
+func (s *Service) unavailable(w http.ResponseWriter, outcome, why string) {
 	retry := s.cfg.Admission.Limits().RetryAfter
 	if retry <= 0 {
 		retry = time.Second
@@ -60,8 +74,7 @@ func (s *Service) refuse(w http.ResponseWriter, outcome string) {
 	// Retry-After is whole seconds (RFC 9110 §10.2.3); round up, never 0.
 	secs := max(1, int64(math.Ceil(retry.Seconds())))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	s.write(w, http.StatusServiceUnavailable, answer{Outcome: outcome, RetryAfterMs: retry.Milliseconds(),
-		Error: "not admitted, nothing was written: send the same request again after Retry-After"})
+	s.write(w, http.StatusServiceUnavailable, answer{Outcome: outcome, RetryAfterMs: retry.Milliseconds(), Error: why})
 }
 
 func (s *Service) refuseInput(w http.ResponseWriter, err error) {

@@ -7,7 +7,7 @@
 //	POST /reserve                         request_key, user, sku, ttl_ms (form body or JSON)
 //	  201 HELD, 200 REPLAY (current status), 409 SOLD_OUT | USER_LIMIT, 422 KEY_REUSED,
 //	  400 BAD_REQUEST, 413, 415, 408 (the body), 503 REJECTED_QUEUE_FULL |
-//	  REJECTED_WAIT_TIMEOUT | REJECTED_SHUTTING_DOWN with Retry-After,
+//	  REJECTED_WAIT_TIMEOUT | REJECTED_SHUTTING_DOWN | BUSY with Retry-After,
 //	  500 UNKNOWN (the outcome is unknown: GET the key or send the same request again)
 //	GET  /reservations/{request_key}      200 with the status, 404 NOT_FOUND
 //	POST /reservations/{request_key}/confirm   200 moved, 409 not moved (current status)
@@ -24,9 +24,10 @@
 //   - Bad input never reaches the gate or the database: the body is read
 //     whole (bounded by Config.MaxBody), decoded strictly and validated
 //     first; see decode.go for every refusal.
-//   - 503 only when the database was not touched: the gate refused the call
-//     before the strategy saw it, so the same request (same key) may be sent
-//     again without a lookup (RFC 9110 §15.6.4, Retry-After §10.2.3).
+//   - 503 only when nothing was written: the gate refused the call before
+//     the strategy saw it, or the strategy answered BUSY (strategy.OutcomeBusy
+//     promises that nothing was written), so the same request (same key) may
+//     be sent again without a lookup (RFC 9110 §15.6.4, Retry-After §10.2.3).
 //   - Once admitted, a request runs to its end whatever its client does: the
 //     strategy gets context.WithoutCancel of the request's context, bounded
 //     by Config.WorkTimeout, never the client's cancellation. Stats counts
