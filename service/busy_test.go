@@ -3,7 +3,6 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -36,17 +35,7 @@ func TestBusyIs503(t *testing.T) {
 	require.NoError(t, err)
 	svc, err := service.New(service.Config{Strategy: dep.Node(0), Name: redislock.Name, Admission: gate})
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := svc.Server(service.DefaultTimeouts)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		svc.Drain()
-		require.NoError(t, srv.Shutdown(context.Background()))
-		require.ErrorIs(t, <-done, http.ErrServerClosed)
-	})
-	base := "http://" + ln.Addr().String()
+	base := listen(t, svc)
 
 	rdb, err := rs.Client()
 	require.NoError(t, err)

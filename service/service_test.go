@@ -49,6 +49,14 @@ func serve(t *testing.T, node func(strategy.Strategy) strategy.Strategy, limits 
 	require.NoError(t, err)
 	svc, err := service.New(service.Config{Strategy: n, Name: "hotrow", Admission: gate})
 	require.NoError(t, err)
+	return &served{base: listen(t, svc), svc: svc, admin: admin}
+}
+
+// listen serves svc on a loopback socket until the test ends, then drains
+// it, shuts it down and checks that nothing listens there any more. It
+// returns the base URL.
+func listen(t *testing.T, svc *service.Service) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := svc.Server(service.DefaultTimeouts)
@@ -66,7 +74,7 @@ func serve(t *testing.T, node func(strategy.Strategy) strategy.Strategy, limits 
 			t.Errorf("something still listens on %s", addr)
 		}
 	})
-	return &served{base: "http://" + addr, svc: svc, admin: admin}
+	return "http://" + addr
 }
 
 type reply struct {
