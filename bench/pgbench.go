@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,6 +89,11 @@ const PgbenchPrologue = `\set n :n + 1
 type Pgbench struct {
 	// Path is the pgbench binary.
 	Path string
+
+	mu sync.Mutex
+	// connect is how long pgbench took to connect its clients, by client
+	// and thread count (connectTime).
+	connect map[[2]int]time.Duration
 }
 
 // FindPgbench looks for pgbench in binDir (pgtest.Server.BinDir), then on
@@ -138,8 +145,13 @@ type PgbenchResult struct {
 	Failed       int64    `json:"failed"`
 	Skipped      int64    `json:"skipped"`
 	ConnectMs    float64  `json:"connect_ms"`
-	Aborted      bool     `json:"aborted"` // a client aborted: the script failed
-	Output       string   `json:"-"`
+	// Measured is the closed loop's window in seconds, from the moment
+	// every client had begun its first transaction, and InWindow the
+	// transactions that ended in it: the goodput is their ratio, not TPS.
+	Measured float64 `json:"measured_s,omitempty"`
+	InWindow int64   `json:"in_window,omitempty"`
+	Aborted  bool    `json:"aborted"` // a client aborted: the script failed
+	Output   string  `json:"-"`
 }
 
 var (
@@ -185,9 +197,30 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 		"-l", "--log-prefix=" + filepath.Join(dir, "log"),
 		"-h", cfg.Host, "-p", strconv.Itoa(int(cfg.Port)), "-U", cfg.User,
 	}
-	if r.txns > 0 {
+	measured := secs // the window the closed loop's goodput is counted over
+	switch {
+	case r.txns > 0:
 		args = append(args, "-t", strconv.Itoa(r.txns))
-	} else {
+	case r.rate > 0:
+		args = append(args, "-T", strconv.Itoa(secs))
+	default:
+		connect, err := p.connectTime(ctx, r, threads)
+		if err != nil {
+			return nil, nil, err
+		}
+		// pgbench counts the time its clients take to connect against -T:
+		// 128 clients on 2 cores took 1.1 s to connect, and -T 1 processed
+		// no transaction at all; its "tps without initial connection time"
+		// divides by the connecting time over the client count, so at 32
+		// clients it counted the quarter second they took as measured. The
+		// goodput is counted from the pgbench log instead (closedWindow),
+		// over the window after every client has begun, and -T grows by
+		// half again the time this client count takes to connect where that
+		// is more than a tenth of the window (below, the window is that much
+		// shorter, and measured).
+		if c := connect.Seconds(); c > float64(secs)/10 {
+			secs += int(math.Ceil(1.5 * c))
+		}
 		args = append(args, "-T", strconv.Itoa(secs))
 	}
 	if r.maxTries > 1 {
@@ -267,17 +300,26 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 		return nil, res, fmt.Errorf("bench: pgbench %s: %v\n%s", strings.Join(args, " "), runErr, tailString(out, 3000))
 	}
 
-	lat, lag, late, err := readPgbenchLogs(dir, r.rate > 0)
+	logs, err := readPgbenchLogs(dir, r.rate > 0)
 	if err != nil {
 		return nil, res, err
 	}
-	window := float64(secs)
-	if r.txns > 0 && res.TPS > 0 {
+	lat, lag, late := logs.lat, logs.lag, logs.late
+	window, rate := float64(secs), res.TPS
+	switch {
+	case r.txns > 0 && res.TPS > 0:
 		window = float64(res.Transactions) / res.TPS
+	case r.txns == 0 && r.rate == 0:
+		var n int64
+		window, n = logs.closedWindow(time.Duration(measured) * time.Second)
+		if window > 0 {
+			rate = float64(n) / window
+		}
+		res.Measured, res.InWindow = window, n
 	}
 	run := &Run{
 		Loop: "closed", Clients: r.clients, Window: window,
-		Goodput: res.TPS, Throughput: res.TPS,
+		Goodput: rate, Throughput: rate,
 		Held: res.Transactions, HeldTotal: res.Transactions, Errors: res.Failed,
 		Outcomes: map[string]int64{"TXN": res.Transactions},
 		CPU:      cpu,
@@ -299,26 +341,88 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 	return run, res, nil
 }
 
+// connectTime is how long pgbench takes to connect r.clients clients from
+// threads threads, measured once per pair with a one-transaction run of
+// SELECT 1 ("initial connection time") and remembered.
+func (p *Pgbench) connectTime(ctx context.Context, r pgbenchRun, threads int) (time.Duration, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := [2]int{r.clients, threads}
+	if d, ok := p.connect[key]; ok {
+		return d, nil
+	}
+	_, res, err := p.run(ctx, pgbenchRun{dsn: r.dsn, script: "SELECT 1;\n", clients: r.clients, threads: threads, txns: 1})
+	if err != nil {
+		return 0, fmt.Errorf("bench: pgbench: time its connecting: %w", err)
+	}
+	if p.connect == nil {
+		p.connect = map[[2]int]time.Duration{}
+	}
+	d := time.Duration(res.ConnectMs * float64(time.Millisecond))
+	p.connect[key] = d
+	return d, nil
+}
+
+// pgbenchLogs is what the per-transaction logs of one run hold.
+type pgbenchLogs struct {
+	lat, lag *hdrhistogram.Histogram
+	late     int64
+	// firstStart is, per client, when its first transaction began, and
+	// ends when each transaction ended (µs since the epoch).
+	firstStart map[string]int64
+	ends       []int64
+}
+
+// closedWindow is the closed loop's measured window: from the moment every
+// client has begun its first transaction (pgbench connects its clients
+// thread by thread, inside -T) for want, or to the last end when the log
+// stops earlier. It returns the window in seconds and how many
+// transactions ended inside it.
+func (l *pgbenchLogs) closedWindow(want time.Duration) (float64, int64) {
+	if len(l.ends) == 0 {
+		return 0, 0
+	}
+	var from int64
+	for _, t := range l.firstStart {
+		from = max(from, t)
+	}
+	to := from + want.Microseconds()
+	if last := slices.Max(l.ends); last < to {
+		to = last
+	}
+	if to <= from {
+		return 0, 0
+	}
+	var n int64
+	for _, t := range l.ends {
+		if t > from && t <= to {
+			n++
+		}
+	}
+	return float64(to-from) / 1e6, n
+}
+
 // readPgbenchLogs reads pgbench's per-transaction logs (-l): one line per
 // transaction, "client_id transaction_no time script_no time_epoch time_us
 // [schedule_lag]", time in µs ("skipped" or "failed" instead of a number
-// for those). With --rate, pgbench's time runs from the transaction's
-// actual start; the latency recorded here adds its schedule lag, so that
-// it runs from the planned start, as the Go open loop's does. late counts
-// the transactions that started more than 1 ms after their planned time.
-func readPgbenchLogs(dir string, withLag bool) (lat, lag *hdrhistogram.Histogram, late int64, err error) {
+// for those), time_epoch and time_us when it ended. With --rate, pgbench's
+// time runs from the transaction's actual start; the latency recorded here
+// adds its schedule lag, so that it runs from the planned start, as the Go
+// open loop's does. late counts the transactions that started more than
+// 1 ms after their planned time.
+func readPgbenchLogs(dir string, withLag bool) (*pgbenchLogs, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "log.*"))
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	lat = newHist()
+	l := &pgbenchLogs{lat: newHist(), firstStart: map[string]int64{}}
 	if withLag {
-		lag = newHist()
+		l.lag = newHist()
 	}
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, err
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
@@ -330,23 +434,32 @@ func readPgbenchLogs(dir string, withLag bool) (lat, lag *hdrhistogram.Histogram
 			if err != nil {
 				continue // skipped or failed
 			}
+			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
+			frac, err2 := strconv.ParseInt(fields[5], 10, 64)
+			if err1 == nil && err2 == nil {
+				end := sec*1_000_000 + frac
+				l.ends = append(l.ends, end)
+				if first, ok := l.firstStart[fields[0]]; !ok || end-us < first {
+					l.firstStart[fields[0]] = end - us
+				}
+			}
 			if withLag && len(fields) >= 7 {
-				if l, err := strconv.ParseInt(fields[6], 10, 64); err == nil {
-					record(lag, time.Duration(l)*time.Microsecond)
-					us += l
-					if l > 1000 {
-						late++
+				if lg, err := strconv.ParseInt(fields[6], 10, 64); err == nil {
+					record(l.lag, time.Duration(lg)*time.Microsecond)
+					us += lg
+					if lg > 1000 {
+						l.late++
 					}
 				}
 			}
-			record(lat, time.Duration(us)*time.Microsecond)
+			record(l.lat, time.Duration(us)*time.Microsecond)
 		}
 		f.Close()
 		if err := sc.Err(); err != nil {
-			return nil, nil, 0, err
+			return nil, err
 		}
 	}
-	return lat, lag, late, nil
+	return l, nil
 }
 
 func tailString(s string, n int) string {
