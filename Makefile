@@ -42,11 +42,11 @@ soak: deps
 test-short: deps
 	$(GO) test -short -count=1 ./...
 
-## bench: the performance sweep, fsync on (docs/performance.md, docs/perf/), under 15 minutes on 2 cores
+## bench: the performance sweep, fsync on (docs/performance.md, docs/perf/), planned for 15 minutes on 2 cores (24 measured on a slower one)
 bench: deps
 	$(GO) run ./cmd/reservebench-bench
 
-## bench-quick: the same outputs from fewer points and trials, under 3 minutes
+## bench-quick: the same outputs from fewer points and trials, planned for 3 minutes
 bench-quick: deps
 	$(GO) run ./cmd/reservebench-bench -quick
 

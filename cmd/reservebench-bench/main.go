@@ -118,6 +118,9 @@ func run() error {
 	// not 3: with 3, Student's t on 2 degrees of freedom (4.30) left
 	// onetrip's ratio at [0.69, 1.16] around a median of 0.91, too wide to
 	// say on which side of 0.8 it lies; 6 pairs (t 2.57) cost 18 trials.
+	// On 2026-12-03, 643 trials took 23m59s (2.2 s a trial): that machine
+	// was slower again, and pgbench at 32 and 128 clients now runs longer,
+	// by the time its clients take to connect (bench/pgbench.go).
 	cfg := config{Mode: "full", Trials: 3, ExtraTrials: 2, Duration: *duration, Clients: []int{1, 8, 32, 128},
 		SellsOutClients: []int{32},
 		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.6, 1.2}, OpenTrials: 2, LateLimit: time.Second,
