@@ -200,7 +200,7 @@ func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, 
 	var askKeys, askUsers []string
 	var asked []question
 	for _, a := range ask {
-		if a.soldOut && leftAfterAll > 0 {
+		if a.soldOut && leftAfterAll > 0 && m != SoldOutUntried {
 			out[a.i].requeue = true
 			continue
 		}

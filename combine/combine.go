@@ -69,6 +69,10 @@ const (
 	// CONFLICT DO NOTHING dropped (its key or user committed by another
 	// batch after this one's snapshot) still takes a unit.
 	TakeByCandidates
+	// SoldOutUntried: a request ranked past the units the batch saw, and
+	// so never tried, is answered SOLD_OUT even when an earlier request's
+	// insert met a conflict and left a unit over.
+	SoldOutUntried
 )
 
 func (o Options) withDefaults() Options {

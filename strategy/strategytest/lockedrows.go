@@ -108,22 +108,31 @@ const sqlBlockedBy = `SELECT count(*) FROM pg_stat_activity WHERE pid <> $1 AND 
 // awaitAnswerOrBlocked reports whether some backend waited for holder
 // before done delivered an answer (done is left for the caller to read).
 func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {
+	blocked := false
+	err := awaitAnswerOr(ctx, done, func() (bool, error) {
+		var n int
+		err := admin.QueryRow(ctx, sqlBlockedBy, holder).Scan(&n)
+		blocked = n > 0
+		return blocked, err
+	})
+	return blocked, err
+}
+
+// awaitAnswerOr polls seen every millisecond until it reports true or done
+// delivers an answer (left in done for the caller to read).
+func awaitAnswerOr[A any](ctx context.Context, done chan A, seen func() (bool, error)) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		var n int
-		if err := admin.QueryRow(ctx, sqlBlockedBy, holder).Scan(&n); err != nil {
-			return false, err
-		}
-		if n > 0 {
-			return true, nil
+		if ok, err := seen(); err != nil || ok {
+			return err
 		}
 		select {
 		case a := <-done:
 			done <- a
-			return false, nil
+			return nil
 		case <-ctx.Done():
-			return false, fmt.Errorf("no answer and no wait: %w", ctx.Err())
+			return fmt.Errorf("no answer and no wait: %w", ctx.Err())
 		case <-tick.C:
 		}
 	}

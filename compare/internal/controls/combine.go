@@ -17,5 +17,9 @@ func combineMistakes() []Control {
 			"ctl-combine-take-by-candidates", "combine with one mistake", "C28-04",
 			"a batch takes as many units as rows it tried to insert: a row that ON CONFLICT dropped (its key committed for another SKU by a batch running beside it) still takes a unit",
 			expect("duplicate-key", strategy.Conserves)),
+		fromStrategy(combine.New(combine.Options{Mistake: combine.SoldOutUntried}),
+			"ctl-combine-sold-out-untried", "combine with one mistake", "C28-04",
+			"a request ranked past the units a batch saw is answered SOLD_OUT without being tried, also when an earlier one's insert met a reservation committed while the batch waited and left a unit over",
+			expect("deployment-contract", strategy.NoPhantomSoldOut)),
 	}
 }
