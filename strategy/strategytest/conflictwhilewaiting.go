@@ -34,6 +34,11 @@ const sqlWaitsOnLock = `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid 
 // all, is still held to the same answers.
 func checkConflictCommitsWhileWaiting(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
+	if !meta.Claims.Has(strategy.NoPhantomSoldOut) {
+		// memquota refuses from a node's share by design, and which round
+		// shows it depends on how the SKUs' names split their shares.
+		t.Skip("no phantom sold-out not claimed: two requests behind a conflict that commits are not held to it")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Three rounds, each on SKUs of its own: the order in which A and B
@@ -173,7 +178,7 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 		if st.SKU == sku {
 			left = st.Available
 			if st.Drift() != 0 || st.Active > st.Total {
-				t.Errorf("audit of %s: %+v; want drift 0, at most %d active", sku, st, st.Total)
+				t.Errorf("audit of the round's SKU: total %d, available %d, active %d; want drift 0, at most %d active", st.Total, st.Available, st.Active, st.Total)
 			}
 		}
 	}
@@ -193,8 +198,8 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 	}
 	for _, x := range answers {
 		if x.res.Outcome == strategy.OutcomeSoldOut && left > 0 {
-			t.Errorf("%s was SOLD_OUT, and %d unit(s) of %s are still available with nothing given back: a phantom (A's insert met U's reservation, committed while both waited, and B was refused instead of served)",
-				x.name, left, sku)
+			t.Errorf("%s was SOLD_OUT, and %d unit(s) of the round's SKU are still available with nothing given back: a phantom (A's insert met U's reservation, committed while both waited, and B was refused instead of served)",
+				x.name, left)
 		}
 	}
 }
