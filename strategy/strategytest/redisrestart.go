@@ -321,6 +321,13 @@ func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error
 	t.vary("in flight: drift", a.Drift())
 	t.fact("in flight", "%s: Redis SIGKILLed after the first of %d answers, restarted on its files; unanswered requests sent again, then %d more",
 		plain, n, in.ThenRequests)
+	// A strategy that does not claim to survive a restart may or may not
+	// lose the last writes before the SIGKILL (aof-everysec loses up to a
+	// second of them), so whether its in-flight audit is off depends on
+	// timing: the counts above record it, and only a claim is judged.
+	if !t.env.Meta.Claims.Has(strategy.SurvivesRestart) {
+		return nil
+	}
 	t.check(strategy.SurvivesRestart, "in flight: active reservations never exceed the stock", a.Oversold() == 0,
 		plain+": more active reservations than units (by how many varies: last-run.json)")
 	t.check(strategy.SurvivesRestart, "in flight: total - available == active once the unanswered are sent again", a.Drift() == 0,
