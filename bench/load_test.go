@@ -138,6 +138,35 @@ func TestDriveOpenLoop(t *testing.T) {
 	}
 }
 
+// waitForCancel answers nothing until its request's context is cancelled:
+// a strategy so far behind that every request outlives the window.
+type waitForCancel struct{}
+
+func (waitForCancel) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	<-ctx.Done()
+	return strategy.Result{}, ctx.Err()
+}
+
+func (waitForCancel) Lookup(context.Context, string) (strategy.Reservation, error) {
+	return strategy.Reservation{}, nil
+}
+
+// TestDriveOpenInterruptsAfterTheGrace: the open loop cancels what is still
+// in flight bench.OpenGrace after its window and counts it as interrupted,
+// not as an error; a request answered in time is never interrupted.
+func TestDriveOpenInterruptsAfterTheGrace(t *testing.T) {
+	run := bench.Drive(context.Background(), waitForCancel{}, bench.Load{SKU: "s", Duration: 100 * time.Millisecond, Rate: 500, Seed: 1})
+	if run.Sent == 0 || run.Interrupted != run.Sent || run.Errors != 0 || run.AfterWindow != 0 {
+		t.Errorf("every request outlived the grace: sent %d, interrupted %d, errors %d, after the window %d; want interrupted = sent, no errors", run.Sent, run.Interrupted, run.Errors, run.AfterWindow)
+	}
+	f := &fakeStock{delay: 2 * time.Millisecond}
+	f.units.Store(1 << 40)
+	run = bench.Drive(context.Background(), f, bench.Load{SKU: "s", Duration: 100 * time.Millisecond, Rate: 500, Seed: 1})
+	if run.Interrupted != 0 || run.Held == 0 {
+		t.Errorf("2 ms requests: %d interrupted, %d held; want none interrupted", run.Interrupted, run.Held)
+	}
+}
+
 // TestZipfSKUs: requests spread over the SKUs with the most popular first,
 // and ZipfShares sums to one.
 func TestZipfSKUs(t *testing.T) {

@@ -216,9 +216,11 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 		// goodput is counted from the pgbench log instead (closedWindow),
 		// over the window after every client has begun, and -T grows by
 		// half again the time this client count takes to connect where that
-		// is more than a tenth of the window (below, the window is that much
-		// shorter, and measured).
-		if c := connect.Seconds(); c > float64(secs)/10 {
+		// is more than a quarter of the window (below, the window is that
+		// much shorter, and measured). A tenth extended every 8-client trial
+		// by a whole second (pgbench runs whole seconds) for 0.1 s of
+		// connecting, 45 s of a full sweep on 2 cores.
+		if c := connect.Seconds(); c > float64(secs)/4 {
 			secs += int(math.Ceil(1.5 * c))
 		}
 		args = append(args, "-T", strconv.Itoa(secs))

@@ -49,9 +49,9 @@ type summary struct {
 	LastHeld      bench.Summary `json:"last_held_s"`     // sells-out: when the last unit went
 
 	// Open loop.
-	Lag                                              bench.Quantiles `json:"lag_merged"`
-	Planned, Sent, Skipped, NeverSent, Dropped, Late int64
-	MaxInFlight                                      int64 // the most requests in flight at once, over the trials (Go)
+	Lag                                                           bench.Quantiles `json:"lag_merged"`
+	Planned, Sent, Skipped, NeverSent, Dropped, Late, Interrupted int64
+	MaxInFlight                                                   int64 // the most requests in flight at once, over the trials (Go)
 
 	Gate *admission.Stats `json:"gate,omitempty"` // summed over trials
 
@@ -136,6 +136,7 @@ func summarize(recs []*record) []*summary {
 			s.Skipped += run.Skipped
 			s.NeverSent += run.NeverSent
 			s.Dropped += run.Dropped
+			s.Interrupted += run.Interrupted
 			s.Late += run.Late
 			s.MaxInFlight = max(s.MaxInFlight, run.MaxInFlight)
 			// Go's client CPU covers the window; pgbench's its whole run.

@@ -82,11 +82,15 @@ func (c cell) key() string { return c.Exp + "|" + c.name() }
 
 // config is what the flags decide.
 type config struct {
-	Mode            string        `json:"mode"`
-	Strategies      []string      `json:"strategies"`
-	Clients         []int         `json:"clients"`
-	Trials          int           `json:"trials"`       // closed loop with pgbench, and the control scripts
-	ExtraTrials     int           `json:"extra_trials"` // sells-out, admission, many SKUs
+	Mode        string   `json:"mode"`
+	Strategies  []string `json:"strategies"`
+	Clients     []int    `json:"clients"`
+	Trials      int      `json:"trials"`       // closed loop with pgbench, and the control scripts
+	ExtraTrials int      `json:"extra_trials"` // sells-out, admission, many SKUs
+	// FewerTrialsFrom: at this client count and above the closed loop and
+	// the control scripts run ExtraTrials, not Trials (0: never). A trial
+	// at 128 clients costs about 4 s on 2 cores, most of it connecting.
+	FewerTrialsFrom int           `json:"fewer_trials_from,omitempty"`
 	Duration        time.Duration `json:"duration_ns"`
 	Experiments     []string      `json:"experiments"`
 	StockPlenty     int           `json:"stock_plenty"`
@@ -523,7 +527,12 @@ func (s *sweep) trialsOf(c cell) int {
 	case expPeak:
 		return s.cfg.Trials
 	case expClosed, expControl:
-		return s.cfg.Trials // controls pair with the reservation round by round
+		// Controls pair with the reservation round by round, so both take
+		// the same count.
+		if s.cfg.FewerTrialsFrom > 0 && c.Clients >= s.cfg.FewerTrialsFrom {
+			return s.cfg.ExtraTrials
+		}
+		return s.cfg.Trials
 	case expOpen:
 		return s.cfg.OpenTrials
 	case expProfile:
