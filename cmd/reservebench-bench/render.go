@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,8 +36,8 @@ func (r *results) render(perf string, plots []plotFile) string {
 	if r.RenderedFrom != "" {
 		w("(This text was rendered again from that run's `%s` with `-render`: same data, newer wording.) ", r.RenderedFrom)
 	}
-	w("Mode **%s**: %d trials per point of the closed loop (Go and pgbench), %d per point of the other experiments, %v measured window per trial, clients %s. ",
-		cfg.Mode, cfg.Trials, cfg.ExtraTrials, cfg.Duration, joinInts(cfg.Clients))
+	w("Mode **%s**: %d trials per point of the closed loop (Go and pgbench)%s, %d per point of the other experiments, %v measured window per trial, clients %s. ",
+		cfg.Mode, cfg.Trials, cfg.fewerTrials(), cfg.ExtraTrials, cfg.Duration, joinInts(cfg.Clients))
 	w("Raw data: [`%s/results.txt`](%s/results.txt) (Go benchmark format, one line per trial: `benchstat -col /strategy %s/results.txt`), ",
 		perf, perf, "docs/perf")
 	w("[`%s/results.json`](%s/results.json) (every trial and every summary below). ", perf, perf)
@@ -110,7 +111,7 @@ func (r *results) headline(b *strings.Builder, ix index) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Headline\n\n")
 	w("Successful reservations per second (goodput), Go client, closed loop, stock that never sells out; ")
-	w("median of %d trials, [95%% confidence interval of the mean, Student's t]. ", r.Config.Trials)
+	w("median of %d trials%s, [95%% confidence interval of the mean, Student's t]. ", r.Config.Trials, r.Config.fewerTrials())
 	w("The last columns compare the strategy's best point with its most crowded one, and Go with pgbench running the same SQL.\n\n")
 	w("| strategy |")
 	for _, c := range r.Config.Clients {
@@ -252,7 +253,7 @@ func (r *results) method(b *strings.Builder) {
 	w("Library: package [`bench`](../bench); command: [`cmd/reservebench-bench`](../cmd/reservebench-bench). ")
 	w("What a trial is, the closed and open loops, goodput, the histograms, the confidence intervals, the cost counters, the sampled wait states and the pgbench runs are described in [%s](%s). This run's parameters:\n\n", methodDoc, methodDoc)
 	w("| parameter | value | see |\n|---|---|---|\n")
-	w("| trials per point, closed loop / other experiments | %d / %d, interleaved in shuffled rounds | %s |\n", cfg.Trials, cfg.ExtraTrials, see("trials", "trials"))
+	w("| trials per point, closed loop / other experiments | %d%s / %d, interleaved in shuffled rounds | %s |\n", cfg.Trials, cfg.fewerTrials(), cfg.ExtraTrials, see("trials", "trials"))
 	if cfg.Trials > 1 {
 		w("| Student's t for %d trials (95%%) | %.2f | %s |\n", cfg.Trials, studentT(cfg.Trials), see("goodput-latency-and-confidence-intervals", "intervals"))
 	}
@@ -1000,4 +1001,13 @@ func toolName(t bench.Tool) string {
 		return "Go"
 	}
 	return string(t)
+}
+
+// fewerTrials says where the closed loop ran fewer trials (FewerTrialsFrom),
+// whose intervals are the wider for it, or nothing.
+func (c config) fewerTrials() string {
+	if c.FewerTrialsFrom <= 0 || c.ExtraTrials >= c.Trials || !slices.ContainsFunc(c.Clients, func(n int) bool { return n >= c.FewerTrialsFrom }) {
+		return ""
+	}
+	return fmt.Sprintf(" (%d at %d clients and more, where the interval's t is %.2f)", c.ExtraTrials, c.FewerTrialsFrom, studentT(c.ExtraTrials))
 }
