@@ -65,6 +65,11 @@ type HTTPFrontConfig struct {
 	// and a kept-alive one for its next: at least the trial's window, or
 	// the server would close connections the client is about to use.
 	Quiet time.Duration
+	// WorkTimeout bounds each admitted request's strategy call
+	// (service.Config.WorkTimeout; 0: the service's default). The service
+	// finishes what a client that left had asked, so cancelling the client
+	// does not end that work: this does.
+	WorkTimeout time.Duration
 }
 
 // StartHTTPFront serves cfg.Node over HTTP on 127.0.0.1 (a port of the
@@ -77,7 +82,7 @@ func StartHTTPFront(ctx context.Context, cfg HTTPFrontConfig) (*HTTPFront, error
 	if err != nil {
 		return nil, fmt.Errorf("bench: http front: %w", err)
 	}
-	svc, err := service.New(service.Config{Strategy: cfg.Node, Name: cfg.Name, Admission: gate})
+	svc, err := service.New(service.Config{Strategy: cfg.Node, Name: cfg.Name, Admission: gate, WorkTimeout: cfg.WorkTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("bench: http front: %w", err)
 	}
