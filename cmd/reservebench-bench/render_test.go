@@ -227,3 +227,30 @@ pgbench: error: Run was aborted; the above results are incomplete.`)
 		}
 	}
 }
+
+// TestFewerTrialsFrom: the closed loop and its control scripts run
+// ExtraTrials at FewerTrialsFrom clients and above, Trials below, and the
+// report says so only when such a count was run.
+func TestFewerTrialsFrom(t *testing.T) {
+	s := &sweep{cfg: config{Trials: 3, ExtraTrials: 2, FewerTrialsFrom: 128, Clients: []int{1, 32, 128}}}
+	for _, tc := range []struct {
+		c    cell
+		want int
+	}{
+		{cell{Exp: expClosed, Clients: 32}, 3},
+		{cell{Exp: expClosed, Clients: 128}, 2},
+		{cell{Exp: expControl, Clients: 128}, 2},
+		{cell{Exp: expPeak, Clients: 128}, 3},
+	} {
+		if got := s.trialsOf(tc.c); got != tc.want {
+			t.Errorf("%s at %d clients: %d trials, want %d", tc.c.Exp, tc.c.Clients, got, tc.want)
+		}
+	}
+	if got := s.cfg.fewerTrials(); !strings.Contains(got, "2 at 128 clients") {
+		t.Errorf("report text %q does not name the fewer trials", got)
+	}
+	s.cfg.Clients = []int{1, 32}
+	if got := s.cfg.fewerTrials(); got != "" {
+		t.Errorf("no count at or above 128 ran, yet the report says %q", got)
+	}
+}
