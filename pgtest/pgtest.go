@@ -179,13 +179,18 @@ func (s *Server) cluster() *localCluster {
 
 // Crash stops the server the way a power cut would stop the process:
 // `pg_ctl stop -m immediate`, no checkpoint; the next start runs crash
-// recovery from WAL. Only for local clusters.
+// recovery from WAL. It returns once the postmaster process has ended, not
+// only its pid file. Only for local clusters.
 func (s *Server) Crash(ctx context.Context) error {
 	local := s.cluster()
 	if local == nil {
 		return fmt.Errorf("%w: crash needs a local cluster (server kind %s)", ErrNotSupported, s.Kind)
 	}
-	return local.pgctl(ctx, "stop", "-m", "immediate", "-w")
+	pid := local.postmasterPID()
+	if err := local.pgctl(ctx, "stop", "-m", "immediate", "-w"); err != nil {
+		return err
+	}
+	return waitExited(ctx, pid)
 }
 
 // Restart starts a crashed or stopped local cluster again on the same data.
