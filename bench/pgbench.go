@@ -208,21 +208,7 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 		if err != nil {
 			return nil, nil, err
 		}
-		// pgbench counts the time its clients take to connect against -T:
-		// 128 clients on 2 cores took 1.1 s to connect, and -T 1 processed
-		// no transaction at all; its "tps without initial connection time"
-		// divides by the connecting time over the client count, so at 32
-		// clients it counted the quarter second they took as measured. The
-		// goodput is counted from the pgbench log instead (closedWindow),
-		// over the window after every client has begun, and -T grows by
-		// half again the time this client count takes to connect where that
-		// is more than a quarter of the window (below, the window is that
-		// much shorter, and measured). A tenth extended every 8-client trial
-		// by a whole second (pgbench runs whole seconds) for 0.1 s of
-		// connecting, 45 s of a full sweep on 2 cores.
-		if c := connect.Seconds(); c > float64(secs)/4 {
-			secs += int(math.Ceil(1.5 * c))
-		}
+		secs = pgbenchSeconds(secs, connect)
 		args = append(args, "-T", strconv.Itoa(secs))
 	}
 	if r.maxTries > 1 {
@@ -343,6 +329,31 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 	return run, res, nil
 }
 
+// pgbenchSeconds is the -T of a closed-loop trial whose window is secs
+// whole seconds, when connecting its clients takes connect.
+//
+// pgbench counts the time its clients take to connect against -T: 128
+// clients on 2 cores took 1.1 s to connect, and -T 1 processed no
+// transaction at all; its "tps without initial connection time" divides by
+// the connecting time over the client count, so at 32 clients it counted
+// the quarter second they took as measured. The goodput is counted from the
+// pgbench log instead (closedWindow), over the part of the run where every
+// client was in the loop, and -T grows by half again the time this client
+// count takes to connect where that is more than a quarter of the window
+// (below, the window is that much shorter, and measured). A tenth extended
+// every 8-client trial by a whole second (pgbench runs whole seconds) for
+// 0.1 s of connecting, 45 s of a full sweep on 2 cores. Leaving 0.6 of the
+// window instead (-T 1 at 32 clients, 2 at 128) was tried on 2026-12-04 and
+// dropped: the slow strategies' clients ran 1 to 6 transactions each in it
+// (hotrow-serializable at 32 clients, 100 ms a transaction and retries),
+// too few for a rate, and the 128-client points fell by half.
+func pgbenchSeconds(secs int, connect time.Duration) int {
+	if c := connect.Seconds(); c > float64(secs)/4 {
+		secs += int(math.Ceil(1.5 * c))
+	}
+	return secs
+}
+
 // connectTime is how long pgbench takes to connect r.clients clients from
 // threads threads, measured once per pair with a one-transaction run of
 // SELECT 1 ("initial connection time") and remembered.
@@ -369,17 +380,26 @@ func (p *Pgbench) connectTime(ctx context.Context, r pgbenchRun, threads int) (t
 type pgbenchLogs struct {
 	lat, lag *hdrhistogram.Histogram
 	late     int64
-	// firstStart is, per client, when its first transaction began, and
-	// ends when each transaction ended (µs since the epoch).
+	// firstStart is, per client whose first transaction succeeded, when
+	// that transaction began; seen holds every client with a line; ends
+	// is when each successful transaction ended (µs since the epoch).
 	firstStart map[string]int64
+	seen       map[string]bool
 	ends       []int64
+	// lastEnd is, per client, when its last transaction (failed ones
+	// included) ended.
+	lastEnd map[string]int64
 }
 
 // closedWindow is the closed loop's measured window: from the moment every
 // client has begun its first transaction (pgbench connects its clients
-// thread by thread, inside -T) for want, or to the last end when the log
-// stops earlier. It returns the window in seconds and how many
-// transactions ended inside it.
+// inside -T, then starts them together) for want, or until the first client
+// stopped when that came earlier: the part of the run where every client
+// was in the loop, as in the Go client's window. It returns the window in seconds and how many
+// transactions ended inside it. A client whose first transaction failed
+// (SERIALIZABLE, its tries exhausted) logged no latency, so when it began
+// is unknown; it began with the others, and its first success, up to half
+// a second later under a queue of 32 (seen), would start the window late.
 func (l *pgbenchLogs) closedWindow(want time.Duration) (float64, int64) {
 	if len(l.ends) == 0 {
 		return 0, 0
@@ -388,9 +408,15 @@ func (l *pgbenchLogs) closedWindow(want time.Duration) (float64, int64) {
 	for _, t := range l.firstStart {
 		from = max(from, t)
 	}
+	if len(l.firstStart) == 0 {
+		from = slices.Min(l.ends) // every first transaction failed
+	}
+	// The window ends when the first client stopped: past -T, clients end
+	// their last transaction one by one and the rate falls; counting that
+	// tail understated pgbench by a fifth at 32 clients with -T 1.
 	to := from + want.Microseconds()
-	if last := slices.Max(l.ends); last < to {
-		to = last
+	for _, t := range l.lastEnd {
+		to = min(to, t)
 	}
 	if to <= from {
 		return 0, 0
@@ -417,7 +443,7 @@ func readPgbenchLogs(dir string, withLag bool) (*pgbenchLogs, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &pgbenchLogs{lat: newHist(), firstStart: map[string]int64{}}
+	l := &pgbenchLogs{lat: newHist(), firstStart: map[string]int64{}, seen: map[string]bool{}, lastEnd: map[string]int64{}}
 	if withLag {
 		l.lag = newHist()
 	}
@@ -432,17 +458,24 @@ func readPgbenchLogs(dir string, withLag bool) (*pgbenchLogs, error) {
 			if len(fields) < 6 {
 				continue
 			}
+			// A client's lines are in one file, in the order its
+			// transactions ran: its first line is its first transaction.
+			client, first := fields[0], !l.seen[fields[0]]
+			l.seen[client] = true
+			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
+			frac, err2 := strconv.ParseInt(fields[5], 10, 64)
+			end, endKnown := sec*1_000_000+frac, err1 == nil && err2 == nil
+			if endKnown {
+				l.lastEnd[client] = max(l.lastEnd[client], end)
+			}
 			us, err := strconv.ParseInt(fields[2], 10, 64)
 			if err != nil {
 				continue // skipped or failed
 			}
-			sec, err1 := strconv.ParseInt(fields[4], 10, 64)
-			frac, err2 := strconv.ParseInt(fields[5], 10, 64)
-			if err1 == nil && err2 == nil {
-				end := sec*1_000_000 + frac
+			if endKnown {
 				l.ends = append(l.ends, end)
-				if first, ok := l.firstStart[fields[0]]; !ok || end-us < first {
-					l.firstStart[fields[0]] = end - us
+				if first {
+					l.firstStart[client] = end - us
 				}
 			}
 			if withLag && len(fields) >= 7 {

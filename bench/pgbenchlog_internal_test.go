@@ -27,9 +27,62 @@ func TestClosedWindowStartsWhenEveryClientHasBegun(t *testing.T) {
 	// From 10.8 to 11.8: client 0's 11.3, client 1's 10.9 (11.9 is past it).
 	require.InDelta(t, 1.0, secs, 1e-9)
 	require.EqualValues(t, 2, n)
-	// A log that stops before the window ends: the window ends with it.
+	// A log that stops before the window ends: the window ends when the
+	// first client stopped (client 1 at 11.9), not with the last (12.0):
+	// past -T the clients stop one by one and the rate falls.
 	secs, n = logs.closedWindow(5 * time.Second)
-	require.InDelta(t, 1.2, secs, 1e-9)
-	require.EqualValues(t, 5, n)
+	require.InDelta(t, 1.1, secs, 1e-9)
+	require.EqualValues(t, 4, n)
 	require.EqualValues(t, 7, logs.lat.TotalCount())
+}
+
+// TestClosedWindowCountsAFailedFirstTransaction: a client whose first
+// transaction failed (SERIALIZABLE, tries exhausted) logged no latency, and
+// began with the others; its first success, late, does not start the window.
+func TestClosedWindowCountsAFailedFirstTransaction(t *testing.T) {
+	dir := t.TempDir()
+	log0 := "0 0 100000 0 10 100000\n0 1 100000 0 10 200000\n0 2 100000 0 10 900000\n"
+	// client 1 fails until 10.8 s: its first success began there.
+	log1 := "1 0 failed 0 10 150000\n1 1 failed 0 10 500000\n1 2 100000 0 10 900000\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.0"), []byte(log0), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.1"), []byte(log1), 0o644))
+	logs, err := readPgbenchLogs(dir, false)
+	require.NoError(t, err)
+	secs, n := logs.closedWindow(time.Second)
+	// From client 0's 10.0 (not client 1's 10.8) to the last end, 10.9.
+	require.InDelta(t, 0.9, secs, 1e-9)
+	require.EqualValues(t, 4, n)
+	require.EqualValues(t, 4, logs.lat.TotalCount(), "failed lines have no latency")
+
+	// Every first transaction failed: the window starts at the first end.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.0"), []byte("0 0 failed 0 10 100000\n0 1 100000 0 10 400000\n"), 0o644))
+	require.NoError(t, os.Remove(filepath.Join(dir, "log.1.1")))
+	logs, err = readPgbenchLogs(dir, false)
+	require.NoError(t, err)
+	secs, n = logs.closedWindow(time.Second)
+	require.InDelta(t, 0, secs, 1e-9)
+	require.EqualValues(t, 0, n)
+}
+
+// TestPgbenchSeconds: -T stays the window while connecting takes at most a
+// quarter of it, and grows by half again the connecting time otherwise (the
+// connecting times of the 2-core machine at 8, 32 and 128 clients).
+func TestPgbenchSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		secs    int
+		connect time.Duration
+		want    int
+	}{
+		{1, 0, 1},
+		{1, 100 * time.Millisecond, 1},
+		{1, 250 * time.Millisecond, 1},
+		{1, 300 * time.Millisecond, 2},
+		{1, 1200 * time.Millisecond, 3},
+		{3, 700 * time.Millisecond, 3},
+		{3, 800 * time.Millisecond, 5},
+	} {
+		if got := pgbenchSeconds(tc.secs, tc.connect); got != tc.want {
+			t.Errorf("pgbenchSeconds(%d, %v) = %d, want %d", tc.secs, tc.connect, got, tc.want)
+		}
+	}
 }

@@ -258,6 +258,9 @@ func (r *results) method(b *strings.Builder) {
 		w("| Student's t for %d trials (95%%) | %.2f | %s |\n", cfg.Trials, studentT(cfg.Trials), see("goodput-latency-and-confidence-intervals", "intervals"))
 	}
 	w("| measured window | %v | %s |\n", cfg.Duration, see("closed-loop", "closed loop"))
+	if cfg.pgbenchPartsOnly() != "" {
+		w("| pgbench's own script, closed loop | at every client count; %s | %s |\n", cfg.pgbenchPartsOnly(), see("pgbench-side-by-side", "pgbench"))
+	}
 	w("| stock, never sells out / sells out | %d / %d units per trial | %s |\n", cfg.StockPlenty, cfg.StockSellsOut, see("stock-that-sells-out", "sells out"))
 	if cfg.OpenTrials > 0 {
 		w("| open loop | loads %s of each strategy's peak, %d trials each; Go: a pool of %d connections, at most %d requests in flight; pgbench `--rate` with `-c %d`; late limit %v | %s |\n",
@@ -302,6 +305,9 @@ func (r *results) closedSection(b *strings.Builder, ix index, perf string, plots
 	soldOut := 0
 	for _, s := range ix.filter(func(c cell) bool { return c.Exp == expClosed }) {
 		soldOut += s.SoldOutTrials
+	}
+	if p := r.Config.pgbenchPartsOnly(); p != "" {
+		w("pgbench ran each strategy's script at every client count but, %s. ", p)
 	}
 	w("The stock is %d units per trial; ", r.Config.StockPlenty)
 	if soldOut == 0 {
@@ -1005,6 +1011,15 @@ func toolName(t bench.Tool) string {
 
 // fewerTrials says where the closed loop ran fewer trials (FewerTrialsFrom),
 // whose intervals are the wider for it, or nothing.
+// pgbenchPartsOnly says where the closed loop ran pgbench only for the
+// strategies with control scripts (PgbenchPartsOnlyFrom), or "".
+func (c config) pgbenchPartsOnly() string {
+	if c.PgbenchPartsOnlyFrom <= 0 || !slices.ContainsFunc(c.Clients, func(n int) bool { return n >= c.PgbenchPartsOnlyFrom }) {
+		return ""
+	}
+	return fmt.Sprintf("from %d clients on, only for the strategies with control scripts (section 5 sets their reservation against its parts there; connecting %d pgbench clients takes this machine more than the window)", c.PgbenchPartsOnlyFrom, c.PgbenchPartsOnlyFrom)
+}
+
 func (c config) fewerTrials() string {
 	if c.FewerTrialsFrom <= 0 || c.ExtraTrials >= c.Trials || !slices.ContainsFunc(c.Clients, func(n int) bool { return n >= c.FewerTrialsFrom }) {
 		return ""

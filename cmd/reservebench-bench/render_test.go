@@ -254,3 +254,35 @@ func TestFewerTrialsFrom(t *testing.T) {
 		t.Errorf("no count at or above 128 ran, yet the report says %q", got)
 	}
 }
+
+// TestPgbenchPartsOnlyFrom: from 128 clients on, the closed loop runs a
+// strategy's own pgbench script only where it has control scripts, and the
+// report says so only when such a count ran.
+func TestPgbenchPartsOnlyFrom(t *testing.T) {
+	cfg := config{PgbenchPartsOnlyFrom: 128, Clients: []int{1, 32, 128}}
+	withParts, without := caps{pgbench: true, controls: []string{"update-only"}}, caps{pgbench: true}
+	for _, tc := range []struct {
+		clients int
+		dep     caps
+		want    bool
+	}{
+		{32, without, true},
+		{32, withParts, true},
+		{128, withParts, true},
+		{128, without, false},
+	} {
+		if got := cfg.pgbenchAt(tc.clients, tc.dep); got != tc.want {
+			t.Errorf("at %d clients, controls %v: pgbench %v, want %v", tc.clients, tc.dep.controls, got, tc.want)
+		}
+	}
+	if got := cfg.pgbenchPartsOnly(); !strings.Contains(got, "from 128 clients on, only for the strategies with control scripts") {
+		t.Errorf("report text %q does not say where pgbench did not run", got)
+	}
+	cfg.Clients = []int{1, 32}
+	if got := cfg.pgbenchPartsOnly(); got != "" {
+		t.Errorf("no count at or above 128 ran, yet the report says %q", got)
+	}
+	if !(config{Clients: []int{128}}).pgbenchAt(128, without) {
+		t.Error("with PgbenchPartsOnlyFrom unset, pgbench must run everywhere")
+	}
+}

@@ -90,12 +90,19 @@ type config struct {
 	// FewerTrialsFrom: at this client count and above the closed loop and
 	// the control scripts run ExtraTrials, not Trials (0: never). A trial
 	// at 128 clients costs about 4 s on 2 cores, most of it connecting.
-	FewerTrialsFrom int           `json:"fewer_trials_from,omitempty"`
-	Duration        time.Duration `json:"duration_ns"`
-	Experiments     []string      `json:"experiments"`
-	StockPlenty     int           `json:"stock_plenty"`
-	StockSellsOut   int           `json:"stock_sellsout"`
-	SellsOutClients []int         `json:"sellsout_clients"`
+	FewerTrialsFrom int `json:"fewer_trials_from,omitempty"`
+	// PgbenchPartsOnlyFrom: at this client count and above, pgbench runs a
+	// strategy's own script only where the strategy also has control
+	// scripts, whose section sets the reservation against its parts there
+	// (0: always). Every other strategy's fall at that count is measured by
+	// the Go client and the sampled states of its backends; pgbench would
+	// add a point where connecting its clients costs more than the window.
+	PgbenchPartsOnlyFrom int           `json:"pgbench_parts_only_from,omitempty"`
+	Duration             time.Duration `json:"duration_ns"`
+	Experiments          []string      `json:"experiments"`
+	StockPlenty          int           `json:"stock_plenty"`
+	StockSellsOut        int           `json:"stock_sellsout"`
+	SellsOutClients      []int         `json:"sellsout_clients"`
 	// The open loop: Go's pool and pgbench's -c (OpenClients), the cap on
 	// Go's requests in flight, the loads (fractions of the strategy's
 	// closed-loop peak) and trials per load.
@@ -132,6 +139,12 @@ type config struct {
 	TargetPeakClients []int         `json:"target_peak_clients,omitempty"`
 	SampleEvery       time.Duration `json:"sample_every_ns"`
 	Seed              uint64        `json:"seed"`
+}
+
+// pgbenchAt reports whether the closed loop runs a strategy's own pgbench
+// script at this client count (PgbenchPartsOnlyFrom).
+func (c config) pgbenchAt(clients int, dep caps) bool {
+	return c.PgbenchPartsOnlyFrom <= 0 || clients < c.PgbenchPartsOnlyFrom || len(dep.controls) > 0
 }
 
 // standIn says that one strategy's measurements beyond the closed loop are
@@ -219,7 +232,7 @@ func (s *sweep) run(ctx context.Context) error {
 		for _, c := range s.cfg.Clients {
 			if s.cfg.has(expClosed) {
 				g := []cell{{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolGo, Clients: c, Stock: "plenty", meta: m}}
-				if dep.pgbench && !stood {
+				if dep.pgbench && !stood && s.cfg.pgbenchAt(c, dep) {
 					g = append(g, cell{Exp: expClosed, Strategy: m.Name, Tool: bench.ToolPgbench, Clients: c, Stock: "plenty", meta: m})
 				}
 				if s.cfg.has(expHTTP) && !stood && slices.Contains(s.cfg.HTTPClients, c) {
