@@ -279,6 +279,9 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 	}
 	if m := reConnTime.FindStringSubmatch(out); m != nil {
 		res.ConnectMs, _ = strconv.ParseFloat(m[1], 64)
+		if r.txns == 0 && r.rate == 0 {
+			p.sawConnect(r.clients, threads, time.Duration(res.ConnectMs*float64(time.Millisecond)))
+		}
 	}
 	// A run in which no transaction finished inside the window (a convoy
 	// of waiters at SERIALIZABLE) prints no tps line: that is a
@@ -339,16 +342,19 @@ func (p *Pgbench) run(ctx context.Context, r pgbenchRun) (*Run, *PgbenchResult, 
 // the quarter second they took as measured. The goodput is counted from the
 // pgbench log instead (closedWindow), over the part of the run where every
 // client was in the loop, and -T grows by half again the time this client
-// count takes to connect where that is more than a quarter of the window
+// count takes to connect where that is more than a fifth of the window
 // (below, the window is that much shorter, and measured). A tenth extended
 // every 8-client trial by a whole second (pgbench runs whole seconds) for
-// 0.1 s of connecting, 45 s of a full sweep on 2 cores. Leaving 0.6 of the
+// 0.1 s of connecting, 45 s of a full sweep on 2 cores; a quarter sat
+// inside the spread of 32 clients' connecting (0.22 to 0.44 s), so one
+// unloaded measurement under it ran a whole sweep's 32-client trials at
+// -T 1 (connectTime now keeps the largest it saw). Leaving 0.6 of the
 // window instead (-T 1 at 32 clients, 2 at 128) was tried on 2026-12-04 and
 // dropped: the slow strategies' clients ran 1 to 6 transactions each in it
 // (hotrow-serializable at 32 clients, 100 ms a transaction and retries),
 // too few for a rate, and the 128-client points fell by half.
 func pgbenchSeconds(secs int, connect time.Duration) int {
-	if c := connect.Seconds(); c > float64(secs)/4 {
+	if c := connect.Seconds(); c > float64(secs)/5 {
 		secs += int(math.Ceil(1.5 * c))
 	}
 	return secs
@@ -356,7 +362,10 @@ func pgbenchSeconds(secs int, connect time.Duration) int {
 
 // connectTime is how long pgbench takes to connect r.clients clients from
 // threads threads, measured once per pair with a one-transaction run of
-// SELECT 1 ("initial connection time") and remembered.
+// SELECT 1 ("initial connection time"), then the largest of that and what
+// every closed-loop run of the pair reported (sawConnect): connecting
+// under load takes longer, and one low reading must not set every trial's
+// -T.
 func (p *Pgbench) connectTime(ctx context.Context, r pgbenchRun, threads int) (time.Duration, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -374,6 +383,17 @@ func (p *Pgbench) connectTime(ctx context.Context, r pgbenchRun, threads int) (t
 	d := time.Duration(res.ConnectMs * float64(time.Millisecond))
 	p.connect[key] = d
 	return d, nil
+}
+
+// sawConnect raises the connecting time remembered for clients and threads
+// to d if d is larger.
+func (p *Pgbench) sawConnect(clients, threads int, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := [2]int{clients, threads}
+	if old, ok := p.connect[key]; ok && d > old {
+		p.connect[key] = d
+	}
 }
 
 // pgbenchLogs is what the per-transaction logs of one run hold.

@@ -123,6 +123,10 @@ type config struct {
 	ProfileClients []int         `json:"profile_clients"`
 	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
 	Targets        []target      `json:"targets,omitempty"`
+	// References are ratios of phase 1's points set beside the targets:
+	// what a goal is up against (the floor of a design), measured from
+	// trials the sweep runs anyway, paired by round; no goal of their own.
+	References []target `json:"references,omitempty"`
 	// HTTPClients and HTTPLoads are the closed-loop client counts and the
 	// open-loop loads at which an HTTP trial runs beside the Go one.
 	HTTPClients []int     `json:"http_clients,omitempty"`

@@ -92,9 +92,13 @@ func (t target) denSide(c cell, exp string) bool {
 // measureTargets computes the configured targets whose points ran: from
 // the back-to-back pairs of phase 4 when they ran, else from phase 1's
 // trials paired by round.
-func (r *results) measureTargets() []targetResult {
+func (r *results) measureTargets() []targetResult { return r.measure(r.Config.Targets) }
+
+// measure is measureTargets for any list of targets (the references too,
+// whose points only phase 1 runs).
+func (r *results) measure(targets []target) []targetResult {
 	var out []targetResult
-	for _, t := range r.Config.Targets {
+	for _, t := range targets {
 		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) || t.NumScript != "" && !containsStr(r.Caps[t.Strategy], t.NumScript) ||
 			t.NumPgbench && !contains(r.Pgbench, t.Strategy) {
 			continue // a control script or the pgbench script did not run
@@ -125,6 +129,25 @@ func (r *results) measureTargets() []targetResult {
 		out = append(out, res)
 	}
 	return out
+}
+
+// numString names the numerator's point and its goodput.
+func (t targetResult) numString() string {
+	switch {
+	case t.NumScript != "":
+		return fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Strategy, t.NumScript, clientsStr(t.NumClients), fmtCI(t.Num))
+	case t.NumPgbench:
+		return fmt.Sprintf("`%s` pgbench (its script) at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
+	}
+	return fmt.Sprintf("`%s` Go at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
+}
+
+// denString names the denominator's point and its goodput.
+func (t targetResult) denString() string {
+	if t.Script != "" {
+		return fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Against, t.Script, clientsStr(t.DenClients), fmtCI(t.Den))
+	}
+	return fmt.Sprintf("`%s` Go at %s: %s", t.Against, clientsStr(t.DenClients), fmtCI(t.Den))
 }
 
 // pickClients is want, or (want 0) the client count whose trials have the
@@ -194,22 +217,19 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 	if len(ts) > 0 {
 		w("| goal | measured | against | ratio | needed | verdict |\n|---|---|---|---:|---:|---|\n")
 		for _, t := range ts {
-			against := fmt.Sprintf("`%s` Go at %s: %s", t.Against, clientsStr(t.DenClients), fmtCI(t.Den))
-			if t.Script != "" {
-				against = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Against, t.Script, clientsStr(t.DenClients), fmtCI(t.Den))
-			}
 			how := ""
 			if !t.BackToBack {
 				how = " (phase 1's trials, paired by round)"
 			}
-			measured := fmt.Sprintf("`%s` Go at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
-			switch {
-			case t.NumScript != "":
-				measured = fmt.Sprintf("`%s` control `%s` (pgbench) at %s: %s", t.Strategy, t.NumScript, clientsStr(t.NumClients), fmtCI(t.Num))
-			case t.NumPgbench:
-				measured = fmt.Sprintf("`%s` pgbench (its script) at %s: %s", t.Strategy, clientsStr(t.NumClients), fmtCI(t.Num))
-			}
-			w("| %s | %s | %s | %s%s | %.2g | %s |\n", t.What, measured, against, fmtRatio(t.Ratio), how, t.Min, t.verdict())
+			w("| %s | %s | %s | %s%s | %.2g | %s |\n", t.What, t.numString(), t.denString(), fmtRatio(t.Ratio), how, t.Min, t.verdict())
+		}
+		w("\n")
+	}
+	if refs := r.measure(r.Config.References); len(refs) > 0 {
+		w("What the goals are up against, from phase 1's trials paired by round (not back to back, so the machine's drift between the two trials of a round is in the interval):\n\n")
+		w("| reference | measured | against | ratio |\n|---|---|---|---:|\n")
+		for _, t := range refs {
+			w("| %s | %s | %s | %s |\n", t.What, t.numString(), t.denString(), fmtRatio(t.Ratio))
 		}
 		w("\n")
 	}
