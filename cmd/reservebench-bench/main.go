@@ -16,7 +16,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/reservebench-bench              # the full sweep (make bench), under 15 minutes on 2 cores
+//	go run ./cmd/reservebench-bench              # the full sweep (make bench), planned for 15 minutes on 2 cores
 //	go run ./cmd/reservebench-bench -quick       # fewer points and trials (make bench-quick), under 3 minutes
 //	go run ./cmd/reservebench-bench -strategies hotrow -clients 1,8,128 -trials 3
 //
@@ -53,16 +53,6 @@ var targets = []target{
 	{What: "the reservation in one statement: its peak against the bare UPDATE's peak", Strategy: "onetrip", Against: "hotrow", Script: "update-only", Min: 0.8},
 	{What: "the same, with the same client on both sides: the reservation's SQL run by pgbench, its peak against the bare UPDATE's", Strategy: "onetrip", NumPgbench: true, Against: "hotrow", Script: "update-only", Min: 0.8},
 	{What: "combining: 32 clients against the bare UPDATE at 32 clients", Strategy: "combine", Clients: 32, Against: "hotrow", Script: "update-only", AgainstClients: 32, Min: 2},
-}
-
-// references are ratios the report sets beside the targets (targets.go),
-// from phase 1's trials: the floor of a one-statement reservation that
-// writes its row (onetrip's insert-update control: insert, then decrement,
-// none of the checks) against the bare UPDATE on the same tables, each at
-// its peak. A back-to-back target of its own cost 12 trials; the reference
-// reads what phase 1's control scripts measure anyway.
-var references = []target{
-	{What: "the floor of any reservation in one statement that writes its row: insert, then decrement, no checks, against the bare UPDATE on the same tables, each at its peak", Strategy: "onetrip", NumScript: "insert-update", Against: "onetrip", Script: "update-only"},
 }
 
 // standIns are the strategies that run only in the closed loop's Go
@@ -104,11 +94,6 @@ func run() error {
 		res, err := loadResults(*render)
 		if err != nil {
 			return err
-		}
-		if res.Config.References == nil {
-			// Written before the sweep stored its references: they read
-			// only phase 1's trials, which every full run has.
-			res.Config.References = references
 		}
 		return res.writeReport(*outDir, *docPath, logf0)
 	}
@@ -155,13 +140,14 @@ func run() error {
 	// 10 ms): at 128 clients pgbench runs a strategy's own script only where
 	// section 5 sets it against its control scripts (PgbenchPartsOnlyFrom;
 	// 14 trials of 4.4 s), and the open loop's HTTP trials went from -quick.
+	// 604 trials then took 17m55s (1.78 s a trial).
 	cfg := config{Mode: "full", Trials: 3, ExtraTrials: 2, FewerTrialsFrom: 128, PgbenchPartsOnlyFrom: 128, Duration: *duration, Clients: []int{1, 8, 32, 128},
 		SellsOutClients: []int{32},
 		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.6, 1.2}, OpenTrials: 2, LateLimit: time.Second,
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{32},
 		ProfileClients: []int{32}, ProfileWindow: 2 * *duration,
-		Targets: targets, References: references, TargetPairs: 6, TargetPeakClients: []int{2, 4},
+		Targets: targets, TargetPairs: 6, TargetPeakClients: []int{2, 4},
 		HTTPClients: []int{1, 32}, HTTPLoads: []float64{0.6}, StandIns: standIns,
 		SampleEvery: *sample, Seed: *seed}
 	if *quick {
@@ -175,7 +161,8 @@ func run() error {
 		// 2m55s for 119 trials on the slower machine of the full sweep's
 		// note: HTTP beside Go at 32 clients only leaves 10 fewer. Then
 		// 3m16s for 110 on the VM of 2026-12-03, 26 s of it the open loop's
-		// HTTP trials: the closed loop's HTTP trials at 32 clients stay.
+		// HTTP trials: the closed loop's HTTP trials at 32 clients stay
+		// (2m49s for 100 on 2026-12-04).
 		cfg.HTTPClients, cfg.HTTPLoads = []int{32}, nil
 	}
 	if *trials > 0 {

@@ -286,27 +286,3 @@ func TestPgbenchPartsOnlyFrom(t *testing.T) {
 		t.Error("with PgbenchPartsOnlyFrom unset, pgbench must run everywhere")
 	}
 }
-
-// TestReferencesFollowData: the floor beside the targets is written from
-// phase 1's control trials, and goes when they did not run.
-func TestReferencesFollowData(t *testing.T) {
-	r, err := loadResults(committedResults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Config.References = references
-	out := r.render("perf", nil)
-	if !strings.Contains(out, "What the goals are up against") || !strings.Contains(out, "control `insert-update` (pgbench)") {
-		t.Fatal("the committed run has onetrip's control scripts, yet no reference was written")
-	}
-	var keep []*record
-	for _, rc := range r.Trials {
-		if rc.Cell.Script != "insert-update" {
-			keep = append(keep, rc)
-		}
-	}
-	r.Trials = keep
-	if out := r.render("perf", nil); strings.Contains(out, "What the goals are up against") {
-		t.Error("a reference was written although its numerator's trials did not run")
-	}
-}

@@ -123,10 +123,6 @@ type config struct {
 	ProfileClients []int         `json:"profile_clients"`
 	ProfileWindow  time.Duration `json:"profile_window_ns"` // a profiled trial's window: longer, for more samples
 	Targets        []target      `json:"targets,omitempty"`
-	// References are ratios of phase 1's points set beside the targets:
-	// what a goal is up against (the floor of a design), measured from
-	// trials the sweep runs anyway, paired by round; no goal of their own.
-	References []target `json:"references,omitempty"`
 	// HTTPClients and HTTPLoads are the closed-loop client counts and the
 	// open-loop loads at which an HTTP trial runs beside the Go one.
 	HTTPClients []int     `json:"http_clients,omitempty"`
@@ -419,9 +415,9 @@ func (s *sweep) run(ctx context.Context) error {
 // perTrial is what a one-second trial costs with the setup around it
 // (fresh deployment, counters, quiet waits), for the planned duration only:
 // 1.32 s by -quick on the 2-core machine of 2026-12-01, 1.85 s by the full
-// sweep on the slower one of 2026-12-03 (more of its trials are at 32 and
-// 128 clients, where connecting costs most).
-const perTrial = 1850 * time.Millisecond
+// sweep on the slower one of 2026-12-03 and 1.78 s on 2026-12-04 (more of
+// its trials are at 32 and 128 clients, where connecting costs most).
+const perTrial = 1780 * time.Millisecond
 
 // measured are the strategies of the experiments beyond the closed loop:
 // all but the stand-ins' (config.StandIns).

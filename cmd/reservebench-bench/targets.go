@@ -92,13 +92,9 @@ func (t target) denSide(c cell, exp string) bool {
 // measureTargets computes the configured targets whose points ran: from
 // the back-to-back pairs of phase 4 when they ran, else from phase 1's
 // trials paired by round.
-func (r *results) measureTargets() []targetResult { return r.measure(r.Config.Targets) }
-
-// measure is measureTargets for any list of targets (the references too,
-// whose points only phase 1 runs).
-func (r *results) measure(targets []target) []targetResult {
+func (r *results) measureTargets() []targetResult {
 	var out []targetResult
-	for _, t := range targets {
+	for _, t := range r.Config.Targets {
 		if t.Script != "" && !containsStr(r.Caps[t.Against], t.Script) || t.NumScript != "" && !containsStr(r.Caps[t.Strategy], t.NumScript) ||
 			t.NumPgbench && !contains(r.Pgbench, t.Strategy) {
 			continue // a control script or the pgbench script did not run
@@ -222,14 +218,6 @@ func (r *results) targetsSection(b *strings.Builder, ix index) {
 				how = " (phase 1's trials, paired by round)"
 			}
 			w("| %s | %s | %s | %s%s | %.2g | %s |\n", t.What, t.numString(), t.denString(), fmtRatio(t.Ratio), how, t.Min, t.verdict())
-		}
-		w("\n")
-	}
-	if refs := r.measure(r.Config.References); len(refs) > 0 {
-		w("What the goals are up against, from phase 1's trials paired by round (not back to back, so the machine's drift between the two trials of a round is in the interval):\n\n")
-		w("| reference | measured | against | ratio |\n|---|---|---|---:|\n")
-		for _, t := range refs {
-			w("| %s | %s | %s | %s |\n", t.What, t.numString(), t.denString(), fmtRatio(t.Ratio))
 		}
 		w("\n")
 	}

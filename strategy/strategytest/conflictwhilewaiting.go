@@ -79,37 +79,13 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 	wReq := req("w", "w", sku)
 	wReq.Key = "kit-conflict-wait-w-key-" + sku
 
-	keyHolder, err := opener.OpenSession(ctx)
-	if err != nil {
-		t.Fatalf("OpenSession: %v", err)
-	}
+	keyHolder, holderPIDs := holdInSession(ctx, t, opener, strategy.Request{Key: wReq.Key, User: "kit-conflict-wait-k", SKU: other, TTL: time.Hour},
+		"attempt held open: Reserve of W's key for another SKU")
 	defer func() { _ = keyHolder.Rollback(ctx) }()
-	if res, err := keyHolder.Reserve(ctx, strategy.Request{Key: wReq.Key, User: "kit-conflict-wait-k", SKU: other, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
-		t.Fatalf("attempt held open: Reserve of W's key for another SKU: %s, %v; want HELD", res.Outcome, err)
-	}
-	holderPIDs := keyHolder.Backends()
-	if len(holderPIDs) == 0 {
-		t.Skip("the attempt reports no backend: a wait behind it cannot be seen in PostgreSQL")
-	}
 
-	type answer struct {
-		res strategy.Result
-		err error
-	}
 	var box panicBox
 	defer box.rethrow()
-	send := func(s interface {
-		Reserve(context.Context, strategy.Request) (strategy.Result, error)
-	}, r strategy.Request) chan answer {
-		done := make(chan answer, 1)
-		go func() {
-			var a answer
-			defer func() { done <- a }()
-			defer box.catch()
-			a.res, a.err = s.Reserve(ctx, r)
-		}()
-		return done
-	}
+	send := func(s reserver, r strategy.Request) chan answer { return reserveAsync(ctx, &box, s, r) }
 	w := send(dep.Node(0), wReq)
 	if _, err := awaitAnswerOrBlocked(ctx, admin, int32(holderPIDs[0]), w); err != nil {
 		t.Fatalf("W behind the attempt holding its key: %v", err)

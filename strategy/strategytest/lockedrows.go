@@ -68,19 +68,9 @@ func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpoo
 	}
 
 	req := strategy.Request{Key: "kit-locked-rows-2-" + sku, User: "kit-locked-rows-2", SKU: sku, TTL: time.Hour}
-	type answer struct {
-		res strategy.Result
-		err error
-	}
-	done := make(chan answer, 1)
 	var box panicBox
 	defer box.rethrow()
-	go func() {
-		var a answer
-		defer func() { done <- a }()
-		defer box.catch()
-		a.res, a.err = node.Reserve(ctx, req)
-	}()
+	done := reserveAsync(ctx, &box, node, req)
 	waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
 	if err := tx.Rollback(context.Background()); err != nil {
 		t.Errorf("release the rows: %v", err)

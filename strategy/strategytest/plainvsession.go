@@ -30,32 +30,11 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
 	}
-	s, err := opener.OpenSession(ctx)
-	if err != nil {
-		t.Fatalf("OpenSession: %v", err)
-	}
+	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-plain-session-held-" + sku, User: "kit-plain-session-a", SKU: sku, TTL: time.Hour}, "Session.Reserve of the only unit")
 	defer func() { _ = s.Rollback(ctx) }()
-	res, err := s.Reserve(ctx, strategy.Request{Key: "kit-plain-session-held-" + sku, User: "kit-plain-session-a", SKU: sku, TTL: time.Hour})
-	if err != nil || res.Outcome != strategy.OutcomeHeld {
-		t.Fatalf("Session.Reserve of the only unit: %s, %v; want HELD", res.Outcome, err)
-	}
-	backends := s.Backends()
-	if len(backends) == 0 {
-		t.Skip("the session reports no backend: a wait behind it cannot be seen in PostgreSQL")
-	}
-	type answer struct {
-		res strategy.Result
-		err error
-	}
-	done := make(chan answer, 1)
 	var box panicBox
 	defer box.rethrow()
-	go func() {
-		var a answer
-		defer func() { done <- a }()
-		defer box.catch()
-		a.res, a.err = dep.Node(0).Reserve(ctx, strategy.Request{Key: "kit-plain-session-plain-" + sku, User: "kit-plain-session-b", SKU: sku, TTL: time.Hour})
-	}()
+	done := reserveAsync(ctx, &box, dep.Node(0), strategy.Request{Key: "kit-plain-session-plain-" + sku, User: "kit-plain-session-b", SKU: sku, TTL: time.Hour})
 	// The plain request answers, or is seen blocked behind the session in
 	// the lock table.
 	waited, err := awaitAnswerOrBlocked(ctx, admin, int32(backends[0]), done)

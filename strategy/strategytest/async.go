@@ -1,0 +1,56 @@
+package strategytest
+
+import (
+	"context"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// answer is what a Reserve made in a goroutine returned.
+type answer struct {
+	res strategy.Result
+	err error
+}
+
+// reserver is a node or an attempt held open.
+type reserver interface {
+	Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error)
+}
+
+// reserveAsync makes req on s in a goroutine, so that the check can watch
+// it wait in PostgreSQL's lock table; the answer arrives on the channel
+// (buffered: nobody has to read it). A panic in the call is caught in box,
+// which the check rethrows.
+func reserveAsync(ctx context.Context, box *panicBox, s reserver, req strategy.Request) chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		defer func() { done <- a }()
+		defer box.catch()
+		a.res, a.err = s.Reserve(ctx, req)
+	}()
+	return done
+}
+
+// holdInSession opens an attempt held open and reserves req in it, which
+// must be HELD, and returns the attempt and its backends; the caller rolls
+// it back. A check that needs to see a wait behind the attempt in
+// PostgreSQL skips when the attempt reports no backend.
+func holdInSession(ctx context.Context, t tester, opener strategy.SessionOpener, req strategy.Request, what string) (strategy.Session, []uint32) {
+	t.Helper()
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	res, err := s.Reserve(ctx, req)
+	if err != nil || res.Outcome != strategy.OutcomeHeld {
+		_ = s.Rollback(ctx)
+		t.Fatalf("%s: %s, %v; want HELD", what, res.Outcome, err)
+	}
+	pids := s.Backends()
+	if len(pids) == 0 {
+		_ = s.Rollback(ctx)
+		t.Skip("the attempt held open reports no backend: a wait behind it cannot be seen in PostgreSQL")
+	}
+	return s, pids
+}
