@@ -415,11 +415,12 @@ type pgbenchLogs struct {
 // client has begun its first transaction (pgbench connects its clients
 // inside -T, then starts them together) for want, or until the first client
 // stopped when that came earlier: the part of the run where every client
-// was in the loop, as in the Go client's window. It returns the window in seconds and how many
-// transactions ended inside it. A client whose first transaction failed
-// (SERIALIZABLE, its tries exhausted) logged no latency, so when it began
-// is unknown; it began with the others, and its first success, up to half
-// a second later under a queue of 32 (seen), would start the window late.
+// was in the loop, as in the Go client's window. It returns the window in
+// seconds and how many transactions ended inside it. A client whose first
+// transaction failed (SERIALIZABLE, its tries exhausted) logged no latency,
+// so when it began is unknown; it began with the others, and its first
+// success, up to 0.6 s later under a queue of 32 (seen), would start the
+// window late.
 func (l *pgbenchLogs) closedWindow(want time.Duration) (float64, int64) {
 	if len(l.ends) == 0 {
 		return 0, 0
