@@ -1009,8 +1009,6 @@ func toolName(t bench.Tool) string {
 	return string(t)
 }
 
-// fewerTrials says where the closed loop ran fewer trials (FewerTrialsFrom),
-// whose intervals are the wider for it, or nothing.
 // pgbenchPartsOnly says where the closed loop ran pgbench only for the
 // strategies with control scripts (PgbenchPartsOnlyFrom), or "".
 func (c config) pgbenchPartsOnly() string {
@@ -1020,6 +1018,8 @@ func (c config) pgbenchPartsOnly() string {
 	return fmt.Sprintf("from %d clients on, only for the strategies with control scripts (section 5 sets their reservation against its parts there; connecting %d pgbench clients takes this machine more than the window)", c.PgbenchPartsOnlyFrom, c.PgbenchPartsOnlyFrom)
 }
 
+// fewerTrials says where the closed loop ran fewer trials (FewerTrialsFrom),
+// whose intervals are the wider for it, or nothing.
 func (c config) fewerTrials() string {
 	if c.FewerTrialsFrom <= 0 || c.ExtraTrials >= c.Trials || !slices.ContainsFunc(c.Clients, func(n int) bool { return n >= c.FewerTrialsFrom }) {
 		return ""
