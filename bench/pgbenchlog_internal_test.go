@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,20 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// readLogs writes one pgbench log file per thread (log.1.0, log.1.1, ...)
+// and reads them back. Each line: client txn latency_us script epoch_s us.
+func readLogs(t *testing.T, threads ...string) *pgbenchLogs {
+	t.Helper()
+	dir := t.TempDir()
+	for i, lines := range threads {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("log.1.%d", i)), []byte(lines), 0o644))
+	}
+	logs, err := readPgbenchLogs(dir, false)
+	require.NoError(t, err)
+	return logs
+}
+
 // TestClosedWindowStartsWhenEveryClientHasBegun: pgbench connects its
 // clients inside -T, so the window starts when the last client began its
 // first transaction, not at the first line of the log; what ended before
 // it, or after the window, is not counted.
 func TestClosedWindowStartsWhenEveryClientHasBegun(t *testing.T) {
-	dir := t.TempDir()
 	// client 0 begins at 10.000000 s; client 1 only at 10.800000 s (it
-	// was connecting). Each line: client txn latency_us script epoch_s us.
-	log0 := "0 0 100000 0 10 100000\n0 1 100000 0 10 200000\n0 2 500000 0 11 300000\n0 3 100000 0 11 900000\n0 4 100000 0 12 000000\n"
-	log1 := "1 0 100000 0 10 900000\n1 1 1000000 0 11 900000\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.0"), []byte(log0), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.1"), []byte(log1), 0o644))
-	logs, err := readPgbenchLogs(dir, false)
-	require.NoError(t, err)
+	// was connecting).
+	logs := readLogs(t,
+		"0 0 100000 0 10 100000\n0 1 100000 0 10 200000\n0 2 500000 0 11 300000\n0 3 100000 0 11 900000\n0 4 100000 0 12 000000\n",
+		"1 0 100000 0 10 900000\n1 1 1000000 0 11 900000\n")
 	secs, n := logs.closedWindow(time.Second)
 	// From 10.8 to 11.8: client 0's 11.3, client 1's 10.9 (11.9 is past it).
 	require.InDelta(t, 1.0, secs, 1e-9)
@@ -40,14 +50,10 @@ func TestClosedWindowStartsWhenEveryClientHasBegun(t *testing.T) {
 // transaction failed (SERIALIZABLE, tries exhausted) logged no latency, and
 // began with the others; its first success, late, does not start the window.
 func TestClosedWindowCountsAFailedFirstTransaction(t *testing.T) {
-	dir := t.TempDir()
-	log0 := "0 0 100000 0 10 100000\n0 1 100000 0 10 200000\n0 2 100000 0 10 900000\n"
 	// client 1 fails until 10.8 s: its first success began there.
-	log1 := "1 0 failed 0 10 150000\n1 1 failed 0 10 500000\n1 2 100000 0 10 900000\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.0"), []byte(log0), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.1"), []byte(log1), 0o644))
-	logs, err := readPgbenchLogs(dir, false)
-	require.NoError(t, err)
+	logs := readLogs(t,
+		"0 0 100000 0 10 100000\n0 1 100000 0 10 200000\n0 2 100000 0 10 900000\n",
+		"1 0 failed 0 10 150000\n1 1 failed 0 10 500000\n1 2 100000 0 10 900000\n")
 	secs, n := logs.closedWindow(time.Second)
 	// From client 0's 10.0 (not client 1's 10.8) to the last end, 10.9.
 	require.InDelta(t, 0.9, secs, 1e-9)
@@ -55,11 +61,7 @@ func TestClosedWindowCountsAFailedFirstTransaction(t *testing.T) {
 	require.EqualValues(t, 4, logs.lat.TotalCount(), "failed lines have no latency")
 
 	// Every first transaction failed: the window starts at the first end.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "log.1.0"), []byte("0 0 failed 0 10 100000\n0 1 100000 0 10 400000\n"), 0o644))
-	require.NoError(t, os.Remove(filepath.Join(dir, "log.1.1")))
-	logs, err = readPgbenchLogs(dir, false)
-	require.NoError(t, err)
-	secs, n = logs.closedWindow(time.Second)
+	secs, n = readLogs(t, "0 0 failed 0 10 100000\n0 1 100000 0 10 400000\n").closedWindow(time.Second)
 	require.InDelta(t, 0, secs, 1e-9)
 	require.EqualValues(t, 0, n)
 }
