@@ -21,14 +21,22 @@ type reserver interface {
 // it wait in PostgreSQL's lock table; the answer arrives on the channel
 // (buffered: nobody has to read it). A panic in the call is caught in box,
 // which the check rethrows.
+//
+// It returns once the goroutine has begun the call, so that requests sent
+// one after another reach a queue in memory in that order: a goroutine
+// that merely exists may run after one started later (Go runs the newest
+// first), and a busy runtime may not run it until the check has moved on.
 func reserveAsync(ctx context.Context, box *panicBox, s reserver, req strategy.Request) chan answer {
 	done := make(chan answer, 1)
+	started := make(chan struct{})
 	go func() {
 		var a answer
 		defer func() { done <- a }()
 		defer box.catch()
+		close(started)
 		a.res, a.err = s.Reserve(ctx, req)
 	}()
+	<-started
 	return done
 }
 
