@@ -66,8 +66,12 @@ func TestHTTPTrials(t *testing.T) {
 				if run.Errors != 0 || run.Held == 0 || run.Refused != 0 || run.Shed != 0 {
 					t.Fatalf("%s loop: held %d refused %d shed %d errors %d (%s)", run.Loop, run.Held, run.Refused, run.Shed, run.Errors, run.FirstErr)
 				}
-				if a := tr.Audit; a.Drift() != 0 || int64(a.Active) != run.HeldTotal {
-					t.Errorf("%s loop: audit %+v after %d HELD", run.Loop, a, run.HeldTotal)
+				// A request the open loop interrupted (still in flight
+				// OpenGrace after the window) has an unknown outcome: it may
+				// hold a unit nobody counted (on a busy CI machine the audit
+				// found 4 more active than HELD).
+				if a := tr.Audit; a.Drift() != 0 || int64(a.Active) < run.HeldTotal || int64(a.Active) > run.HeldTotal+run.Interrupted {
+					t.Errorf("%s loop: audit %+v after %d HELD and %d interrupted", run.Loop, a, run.HeldTotal, run.Interrupted)
 				}
 				// The closed loop's 3 clients use their 3 warmed
 				// connections; the open loop may need more than it warmed.
