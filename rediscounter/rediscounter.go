@@ -87,6 +87,10 @@ const (
 	// below 1,000 active reservations and subtracts only those, so a SKU
 	// with more sells the rest again after a restart.
 	RecountBounded
+	// GiveBackByUser: the give-back script is guarded by the user's marker
+	// instead of the key's, so a release sent again after the same user
+	// reserved the SKU anew gives the new reservation's unit back.
+	GiveBackByUser
 )
 
 func (o Options) keep() Keep {

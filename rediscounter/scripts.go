@@ -61,6 +61,16 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
 return 1
 `)
 
+// giveBackByUserScript is giveBackScript with Mistake GiveBackByUser: it
+// asks whether the user still holds a unit, not whether this key does.
+var giveBackByUserScript = redis.NewScript(`
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('HDEL', KEYS[3], ARGV[2]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end
+return 1
+`)
+
 // loadScript sets the stock and the markers of a SKU: KEYS stock, keys,
 // users, nodes; ARGV force ("1" replaces what is there, "0" only loads a
 // missing stock key), units (the total less the active reservations read),

@@ -68,9 +68,13 @@ func scanReturned(rows pgx.Rows) ([]returned, error) {
 // giveBack returns the units of these rows in Redis, each once, and says
 // how many it returned.
 func (d *Deployment) giveBack(ctx context.Context, rows []returned) (int, error) {
+	script := giveBackScript
+	if d.mistake == GiveBackByUser {
+		script = giveBackByUserScript
+	}
 	n := 0
 	for _, r := range rows {
-		got, err := giveBackScript.Run(ctx, d.rdb, keys(r.sku), r.key, r.user).Int()
+		got, err := script.Run(ctx, d.rdb, keys(r.sku), r.key, r.user).Int()
 		if err != nil {
 			return n, fmt.Errorf("give back %q: %w", r.key, err)
 		}

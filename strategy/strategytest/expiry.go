@@ -109,10 +109,27 @@ func (t *trial) returned(ctx context.Context, step func()) (int, error) {
 	return sumAvailable(after) - sumAvailable(before), nil
 }
 
+// statuses counts the durable statuses of keys as node 0 reads them, and
+// has every other node read them too: a node that answers from what it
+// saw itself (a cache of its own reservations) reads a status another
+// node's transition has moved on, and only a node that made none of the
+// transitions shows it. Disagreements are checked at the end of the trial.
 func (t *trial) statuses(ctx context.Context, keys []string) (map[strategy.Status]int, map[string]strategy.Reservation, error) {
 	durable, err := t.lookupAll(ctx, keys)
 	if err != nil {
 		return nil, nil, err
+	}
+	for node := 1; node < t.cfg.NodeCount(); node++ {
+		other, err := t.lookupOn(ctx, node, keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, k := range keys {
+			t.nodesCompared++
+			if a, b := durable[k].Status, other[k].Status; a != b {
+				t.nodesApart = append(t.nodesApart, fmt.Sprintf("%s: node 0 %q, node %d %q", t.plain(k), a, node, b))
+			}
+		}
 	}
 	count := map[strategy.Status]int{}
 	for _, d := range durable {
@@ -605,5 +622,49 @@ func (t *trial) reserveAgain(ctx context.Context, keys []string, ended strategy.
 		fmt.Sprintf("%d of %d answered otherwise: %s", len(stale), len(keys), sample(stale)))
 	t.check(Base, fmt.Sprintf("a user whose reservation was %s can reserve the SKU again", ended), len(refused) == 0,
 		fmt.Sprintf("%d of %d answered otherwise than HELD: %s", len(refused), len(keys), sample(refused)))
+	if _, ok := t.node(0).(strategy.Releaser); !ok {
+		return nil
+	}
+	var anew []string
+	for _, a := range again {
+		if a.Outcome == strategy.OutcomeHeld {
+			anew = append(anew, a.Req.Key)
+		}
+	}
+	return t.releaseOldAfterAnew(ctx, keys, anew, ended)
+}
+
+// releaseOldAfterAnew sends the release of every old key (now in status
+// ended) again, after its user holds a new reservation of the same SKU
+// (anew): a client retrying a cancel it never heard back from. Nothing may
+// move and no unit may come back: the old reservation's unit came back
+// already, and the user's new reservation is not the old one (a give-back
+// guarded by the user's marker instead of the key's hands the new
+// reservation's unit out a second time, and only this order of events
+// shows it).
+func (t *trial) releaseOldAfterAnew(ctx context.Context, keys, anew []string, ended strategy.Status) error {
+	var units int
+	var failed []string
+	back, err := t.returned(ctx, func() {
+		for i, k := range keys {
+			u, err := t.release(ctx, "c", i, k)
+			units += u
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", t.plain(k), err))
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	count, _, err := t.statuses(ctx, anew)
+	if err != nil {
+		return err
+	}
+	t.fact(fmt.Sprintf("releases of the %s keys sent again after their users reserved anew", strings.ToLower(string(ended))), "%d units reported, the stock rose by %d, %d of %d new reservations HELD",
+		units, back, count[strategy.StatusHeld], len(anew))
+	t.check(strategy.ReturnOnce, fmt.Sprintf("a release of a%s %s reservation sent again after its user reserved anew returns nothing", article(ended), strings.ToLower(string(ended))),
+		units == 0 && back == 0 && len(failed) == 0 && count[strategy.StatusHeld] == len(anew),
+		fmt.Sprintf("%d releases: %d units reported, the stock rose by %d, %d failed %s, new reservations %v", len(keys), units, back, len(failed), sample(failed), count))
 	return nil
 }

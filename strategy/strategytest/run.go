@@ -319,6 +319,11 @@ type trial struct {
 	// up its 2,000 keys twice).
 	settled map[string]strategy.Reservation
 
+	// nodesCompared counts the lookups statuses made on nodes other than
+	// node 0, nodesApart those that read another status than node 0.
+	nodesCompared int
+	nodesApart    []string
+
 	// aborted counts transitions PostgreSQL aborted to resolve a conflict
 	// (40001, 40P01): allowed, and rerun; reported in Varying.
 	aborted atomic.Int64
@@ -451,8 +456,13 @@ func (t *trial) reserve(ctx context.Context, proc string, node int, req strategy
 }
 
 // lookupAll returns the durable reservation of every key, using a few
-// concurrent lookups.
+// concurrent lookups on node 0.
 func (t *trial) lookupAll(ctx context.Context, keys []string) (map[string]strategy.Reservation, error) {
+	return t.lookupOn(ctx, 0, keys)
+}
+
+// lookupOn returns the durable reservation of every key as node reads it.
+func (t *trial) lookupOn(ctx context.Context, node int, keys []string) (map[string]strategy.Reservation, error) {
 	out := make(map[string]strategy.Reservation, len(keys))
 	var mu sync.Mutex
 	var firstErr error
@@ -466,10 +476,10 @@ func (t *trial) lookupAll(ctx context.Context, keys []string) (map[string]strate
 			defer wg.Done()
 			defer box.catch()
 			for k := range ch {
-				r, err := t.node(0).Lookup(ctx, k)
+				r, err := t.node(node).Lookup(ctx, k)
 				mu.Lock()
 				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("lookup %s: %w", k, err)
+					firstErr = fmt.Errorf("lookup %s on node %d: %w", k, node%t.cfg.NodeCount(), err)
 				}
 				out[k] = r
 				mu.Unlock()
@@ -499,6 +509,10 @@ func (t *trial) checkDurable(ctx context.Context) error {
 	panics := append([]string(nil), t.panics...)
 	t.panicMu.Unlock()
 	t.check(Base, "the strategy never panics", len(panics) == 0, sample(panics))
+	if t.nodesCompared > 0 {
+		t.check(Base, "every node's Lookup reads the status node 0 reads", len(t.nodesApart) == 0,
+			fmt.Sprintf("%d of %d lookups on other nodes read otherwise: %s", len(t.nodesApart), t.nodesCompared, sample(t.nodesApart)))
+	}
 
 	ops := t.hist.Ops()
 	var keys []string

@@ -181,6 +181,10 @@ const (
 	// lookupIgnoresClosed: Lookup on a node that was restarted or closed
 	// still answers.
 	lookupIgnoresClosed
+	// lookupCachesOwn: a node answers Lookup from the reservations it made
+	// itself, forgetting one only when it moves it: another node's release
+	// or confirm leaves it reading HELD.
+	lookupCachesOwn
 	// sessionAnySKU: Session.Reserve validates the request's fields, not
 	// that its SKU is the deployment's.
 	sessionAnySKU
@@ -324,6 +328,8 @@ type control struct {
 type node struct {
 	c      *control
 	closed atomic.Bool
+	// own is lookupCachesOwn's cache: key -> the reservation this node made.
+	own sync.Map
 }
 
 var (
@@ -397,6 +403,9 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 	if !strategy.Storable(key) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
+	if r, ok := n.own.Load(key); ok {
+		return r.(strategy.Reservation), nil
+	}
 	return n.c.lookupIn(ctx, n.c.db, key)
 }
 
@@ -437,6 +446,14 @@ func (c *control) owns(sku string) bool {
 }
 
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	res, err := n.reserve(ctx, req)
+	if err == nil && res.Outcome == strategy.OutcomeHeld && n.c.breaks == lookupCachesOwn {
+		n.own.Store(req.Key, res.Reservation)
+	}
+	return res, err
+}
+
+func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	if err := req.Validate(); err != nil {
 		return strategy.BadRequest(err)
 	}
@@ -660,6 +677,9 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 		status += ` AND expires_at >= now()`
 	}
 	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE request_key = $1 AND sku = ANY($2) `+status), key, n.c.skus)
+	if tag.RowsAffected() == 1 {
+		n.own.Delete(key) // lookupCachesOwn: forgets only what it moved
+	}
 	return tag.RowsAffected() == 1, err
 }
 
@@ -703,6 +723,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		SELECT count(*)::int FROM back`), key, n.c.skus).Scan(&units)
 	if units > 0 {
 		n.c.soldOut.Clear() // soldOutFirst: a unit came back
+		n.own.Delete(key)   // lookupCachesOwn: forgets only what it moved
 	}
 	return units, err
 }
@@ -711,6 +732,7 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err := n.check(); err != nil {
 		return 0, err
 	}
+	n.own.Clear()
 	var units int
 	err := pgx.BeginFunc(ctx, n.c.db, func(tx pgx.Tx) error {
 		var err error

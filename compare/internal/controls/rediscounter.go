@@ -29,5 +29,9 @@ func counterMistakes() []Control {
 			"ctl-counter-recount-bounded", "rediscounter-recover with one mistake", "seed 002",
 			"a restart recounts at most 1,000 active reservations of a SKU (to keep the script's arguments bounded) and subtracts only those: a SKU with more sells the rest again",
 			expect("deployment-contract", contract)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Mistake: rediscounter.GiveBackByUser}),
+			"ctl-counter-give-back-by-user", "rediscounter with one mistake", "seed 002",
+			"the give-back script asks whether the user still holds a unit instead of whether the key does: a release sent again after its user reserved anew gives the new reservation's unit back",
+			join(expect("release-replay", strategy.ReturnOnce), expect("expiry-replay", strategy.ReturnOnce))),
 	}
 }
