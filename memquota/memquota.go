@@ -176,6 +176,11 @@ type Options struct {
 	// the SKU's total (strategy.ShareOf) instead of its configured share,
 	// so a node whose share was smaller sells what another node holds.
 	RecountEvenShare bool
+	// RecountSkipsDue is a deliberate mistake, for the negative controls of
+	// table 28-1 only: a restarted node recounts only the HELD rows whose
+	// expires_at has not passed, so a due reservation no job has moved yet
+	// has its unit sold again, and its late payment then confirms it too.
+	RecountSkipsDue bool
 }
 
 func (o Options) validate() error {

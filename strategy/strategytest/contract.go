@@ -29,11 +29,12 @@ type tester interface {
 	Skip(args ...any)
 }
 
-// runDeploymentContract runs checkConfig, checkExpiryTiming,
+// runDeploymentContract runs checkConfig, checkExpiryTiming, checkTTLAcrossDST,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkDueHoldsItsUnit, checkDueReleases,
+// checkAnswersWhenSoldOut, checkTransitionMovesOneKey,
+// checkDueHoldsItsUnit, checkDueReleases,
 // checkExpireAllDue,
-// checkOddText, checkDistinctText and, for a
+// checkOddText, checkDistinctText, checkHashCollisions and, for a
 // strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
@@ -50,6 +51,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a reservation held for 18 h or a day, in a session whose time zone changes to daylight saving time 12 h later, expires exactly its TTL after it was made",
+			func(r tester) { checkTTLAcrossDST(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
@@ -60,9 +63,11 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED (also from a user who holds the SKU under another key), and USER_LIMIT only for the SKU its user holds; a unit released through another node is HELD on it when no phantom sold-out is claimed",
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a transition moves only the reservation of its key: confirming or releasing one of a user's reservations leaves the user's others, and other users', as they were",
+			func(r tester) { checkTransitionMovesOneKey(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},
-		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: selling around it, then its late payment, oversells nothing",
+		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: its user is refused the SKU under a new key, and selling around it (after a restart of its node, where survives-restart is claimed), then its late payment, oversells nothing",
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
@@ -76,6 +81,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"two keys, and two users, whose 32-bit hashtext() collide are different",
+			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 	}
 	// Only for a strategy that claims it: one that does not waits here by
 	// design, as the phantom scenario shows.

@@ -20,6 +20,13 @@ import (
 // EXPIRED. The scenarios always run the expiry job before they sell again;
 // here one reservation is made due, the SKU is sold out around it, and
 // only then does the late payment arrive.
+//
+// Two more ways to forget the due row are driven here: its own user asks
+// for the SKU again under a new key while a unit is free (the row still
+// counts against its user: a limit that skips due rows gives the user a
+// second hold, and the late payment then leaves two active), and, where
+// survives-restart is claimed, node 0 restarts while the row is due (a
+// recount that skips due rows sells its unit again).
 func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -43,6 +50,17 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	}
 	if n, err := ager.MakeDue(ctx, []string{req(1).Key}); err != nil || n != 1 {
 		t.Fatalf("MakeDue: %d, %v; want 1", n, err)
+	}
+	again := req(1)
+	again.Key = "kit-due-holds-again-" + sku
+	if res, err := reserveUnlessBusy(ctx, node, again); err != nil || res.Outcome != strategy.OutcomeUserLimit {
+		t.Errorf("reservation 1's user asks again under a new key while reservation 1 is due and unmoved, 1 of 2 units free: %s, %v; want USER_LIMIT (a due reservation is its user's until a transition moves it)", res.Outcome, err)
+	}
+	if r, ok := dep.(strategy.Restarter); ok && meta.Claims.Has(strategy.SurvivesRestart) {
+		if err := r.Restart(ctx, 0); err != nil {
+			t.Fatalf("Restart of node 0 while reservation 1 is due: %v", err)
+		}
+		node = dep.Node(0)
 	}
 	answers := ""
 	for i := 2; i <= 3; i++ {

@@ -509,7 +509,37 @@ func runReleaseReplay(ctx context.Context, t *trial) error {
 			return err
 		}
 	}
+	if t.cfg.NodeCount() > 1 && len(held) > in.Release+1 {
+		if err := t.releaseElsewhere(ctx, in.Release+1, held[in.Release+1]); err != nil {
+			return err
+		}
+	}
 	return t.reserveAgain(ctx, keys, strategy.StatusReleased)
+}
+
+// releaseElsewhere releases holdMany's reservation i (made on node i)
+// through the next node only, and then has its user ask for the SKU under
+// a new key on node i: the unit is free and the user holds nothing, so
+// the answer is HELD. Every other release in the scenario reaches every
+// node, so a node that remembers "this user holds the SKU" until its own
+// Release forgets it passes them all.
+func (t *trial) releaseElsewhere(ctx context.Context, i int, key string) error {
+	units, err := t.release(ctx, "c", i+1, key)
+	t.check(strategy.ReturnOnce, "a release of a HELD reservation through a node that did not make it returns its unit", err == nil && units == 1,
+		fmt.Sprintf("release on node %d: %d units, %v", (i+1)%t.cfg.NodeCount(), units, err), key)
+	if err != nil || units != 1 {
+		return nil // the state is not the one the next step is about
+	}
+	again := t.reserveDefinite(ctx, "c", i, strategy.Request{
+		Key: t.key(fmt.Sprintf("req-elsewhere-%04d", i)), User: t.user(fmt.Sprintf("user-%04d", i)), SKU: t.sku(t.in.Stock[0].SKU), TTL: strategy.TTLForever,
+	})
+	// A node that counts its own share may have none left: SOLD_OUT is
+	// allowed there unless no phantom sold-out is claimed; USER_LIMIT never.
+	ok := again.Outcome == strategy.OutcomeHeld ||
+		again.Outcome == strategy.OutcomeSoldOut && !t.env.Meta.Claims.Has(strategy.NoPhantomSoldOut)
+	t.check(Base, "a user whose reservation another node released can reserve the SKU again on the node that made it", ok,
+		fmt.Sprintf("made on node %d, released on node %d, asked again on node %d: %s %s", i%t.cfg.NodeCount(), (i+1)%t.cfg.NodeCount(), i%t.cfg.NodeCount(), again.Outcome, again.Err), key, again.Req.Key)
+	return nil
 }
 
 // releaseConfirmed confirms a HELD reservation and then releases it: the

@@ -145,6 +145,93 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 	}
 }
 
+// checkTransitionMovesOneKey: Confirm and Release move the reservation of
+// their key and nothing else. Every scenario gives each user one
+// reservation, so a transition that moves every HELD reservation of the
+// key's user ("pay for the cart") passes them all. Here one user holds a
+// unit of each of two SKUs and another user one of the first: confirming
+// the first user's reservation of SKU a must leave the other two HELD,
+// releasing its reservation of SKU b must return that unit only, and every
+// key is then looked up on both nodes.
+func checkTransitionMovesOneKey(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const nodes = 2
+	base := kitSKU("one-key")
+	skuA, skuB := base+"-a", base+"-b"
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: nodes, Stock: []strategy.Stock{{SKU: skuA, Total: 4}, {SKU: skuB, Total: 4}}}) // 2 a node where nodes split it
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	confirmer, canConfirm := node.(strategy.Confirmer)
+	releaser, canRelease := node.(strategy.Releaser)
+	if !canConfirm && !canRelease {
+		t.Skip("no Confirm and no Release: no transition of one key")
+	}
+	reqs := []strategy.Request{
+		{Key: "kit-one-key-u-a-" + base, User: "kit-one-key-u", SKU: skuA, TTL: time.Hour},
+		{Key: "kit-one-key-u-b-" + base, User: "kit-one-key-u", SKU: skuB, TTL: time.Hour},
+		{Key: "kit-one-key-v-a-" + base, User: "kit-one-key-v", SKU: skuA, TTL: time.Hour},
+	}
+	for i, req := range reqs {
+		if res, err := reserveUnlessBusy(ctx, dep.Node(i%nodes), req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve %s on a fresh SKU: %s, %v; want HELD", req.Key, res.Outcome, err)
+		}
+	}
+	want := map[string]strategy.Status{reqs[0].Key: strategy.StatusHeld, reqs[1].Key: strategy.StatusHeld, reqs[2].Key: strategy.StatusHeld}
+	expect := func(after string) {
+		t.Helper()
+		for n := 0; n < nodes; n++ {
+			for _, req := range reqs {
+				r, err := dep.Node(n).Lookup(ctx, req.Key)
+				if err != nil {
+					t.Fatalf("Lookup %s on node %d: %v", req.Key, n, err)
+				}
+				if r.Status != want[req.Key] {
+					t.Errorf("after %s, node %d reads %s as %s; want %s (a transition moves only its own key)", after, n, req.Key, r.Status, want[req.Key])
+				}
+			}
+		}
+	}
+	if canConfirm {
+		if moved, err := confirmer.Confirm(ctx, reqs[0].Key, strategy.ConfirmBeforeExpiry); err != nil || !moved {
+			t.Fatalf("Confirm %s: %v, %v; want moved", reqs[0].Key, moved, err)
+		}
+		want[reqs[0].Key] = strategy.StatusConfirmed
+		expect("confirming user u's reservation of SKU a")
+	}
+	if canRelease {
+		before, err := dep.Audit(ctx)
+		if err != nil {
+			t.Fatalf("Audit: %v", err)
+		}
+		units, err := releaser.Release(ctx, reqs[1].Key)
+		if err != nil || units != 1 {
+			t.Errorf("Release %s (HELD): %d units, %v; want 1", reqs[1].Key, units, err)
+		}
+		after, err := dep.Audit(ctx)
+		if err != nil {
+			t.Fatalf("Audit: %v", err)
+		}
+		for i := range after {
+			wantUp := 0
+			if after[i].SKU == skuB {
+				wantUp = 1
+			}
+			for _, b := range before {
+				if b.SKU == after[i].SKU && after[i].Available-b.Available != wantUp {
+					t.Errorf("Release of user u's reservation of SKU b: %s's available went from %d to %d; want +%d", b.SKU, b.Available, after[i].Available, wantUp)
+				}
+			}
+		}
+		want[reqs[1].Key] = strategy.StatusReleased
+		expect("releasing user u's reservation of SKU b")
+	}
+}
+
 // seller sells out SKUs of a deployment of its own, request by request.
 type seller struct {
 	t      tester

@@ -185,6 +185,26 @@ const (
 	// itself, forgetting one only when it moves it: another node's release
 	// or confirm leaves it reading HELD.
 	lookupCachesOwn
+	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
+	// hours becomes '1 day', which is 23 or 25 hours across a change to or
+	// from daylight saving time.
+	ttlJustified
+	// keyByHash: a key is looked up by hashtext(request_key), as a hash
+	// index or a 32-bit key column would find it: a key whose hash another
+	// key's equals reads that key's reservation.
+	keyByHash
+	// limitSkipsDue: the per-user limit is a SELECT, serialised per SKU by
+	// the stock row's lock, that skips HELD rows past their expires_at
+	// (and no unique index backs it): the user of a due reservation no job
+	// has moved gets a second one.
+	limitSkipsDue
+	// confirmCart: Confirm confirms every HELD reservation of the key's
+	// user in the deployment ("pay for the cart").
+	confirmCart
+	// limitCacheNode: a node remembers which users it sold a SKU to and
+	// answers USER_LIMIT from memory, forgetting a user only when a
+	// Release reaches this node (or MakeDue, time passing, reaches all).
+	limitCacheNode
 	// sessionAnySKU: Session.Reserve validates the request's fields, not
 	// that its SKU is the deployment's.
 	sessionAnySKU
@@ -330,6 +350,9 @@ type node struct {
 	closed atomic.Bool
 	// own is lookupCachesOwn's cache: key -> the reservation this node made.
 	own sync.Map
+	// sold is limitCacheNode's cache: sku + "\x00" + user -> the key that
+	// holds it.
+	sold sync.Map
 }
 
 var (
@@ -385,6 +408,13 @@ func (c *control) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 }
 
 func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
+	if c.breaks == limitCacheNode { // time passing: every node's memory of these holds lapses
+		for _, n := range c.nodes {
+			for _, k := range keys {
+				n.forgetSold(k)
+			}
+		}
+	}
 	tag, err := c.db.Exec(ctx, c.t.q(`UPDATE {reservation} SET expires_at = now() - interval '1 second' WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`), keys, c.skus)
 	return int(tag.RowsAffected()), err
 }
@@ -416,8 +446,11 @@ type querier interface {
 func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
 	r := strategy.Reservation{Key: key}
 	where := `request_key = $1`
-	if c.breaks == keyCaseFolded {
+	switch c.breaks {
+	case keyCaseFolded:
 		where = `lower(request_key) = lower($1)`
+	case keyByHash:
+		where = `hashtext(request_key) = hashtext($1)`
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
@@ -446,11 +479,31 @@ func (c *control) owns(sku string) bool {
 }
 
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	if n.c.breaks == limitCacheNode && req.Validate() == nil {
+		if k, ok := n.sold.Load(req.SKU + "\x00" + req.User); ok && k != req.Key {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+	}
 	res, err := n.reserve(ctx, req)
-	if err == nil && res.Outcome == strategy.OutcomeHeld && n.c.breaks == lookupCachesOwn {
-		n.own.Store(req.Key, res.Reservation)
+	if err == nil && res.Outcome == strategy.OutcomeHeld {
+		switch n.c.breaks {
+		case lookupCachesOwn:
+			n.own.Store(req.Key, res.Reservation)
+		case limitCacheNode:
+			n.sold.Store(req.SKU+"\x00"+req.User, req.Key)
+		}
 	}
 	return res, err
+}
+
+// forgetSold drops key from limitCacheNode's cache.
+func (n *node) forgetSold(key string) {
+	n.sold.Range(func(k, v any) bool {
+		if v == key {
+			n.sold.Delete(k)
+		}
+		return true
+	})
 }
 
 func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
@@ -532,6 +585,27 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 		}
 	}
+	if c.breaks == limitSkipsDue {
+		existing, err := c.replayIn(ctx, tx, req.Key)
+		if err != nil {
+			return strategy.Result{}, err
+		}
+		if existing.Status == strategy.StatusNotFound {
+			// The stock row's lock first: the SELECT below then runs one
+			// at a time per SKU, so only the due rows it skips are wrong.
+			if _, err := tx.Exec(ctx, c.t.q(`SELECT 1 FROM {stock} WHERE sku = $1 FOR UPDATE`), req.SKU); err != nil {
+				return strategy.Result{}, err
+			}
+			var has bool
+			if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2
+				AND (status = 'CONFIRMED' OR status = 'HELD' AND expires_at >= now()))`), req.SKU, req.User).Scan(&has); err != nil {
+				return strategy.Result{}, err
+			}
+			if has {
+				return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+			}
+		}
+	}
 	if c.breaks == checkThenInsert {
 		var has bool
 		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND status IN ('HELD','CONFIRMED'))`),
@@ -569,6 +643,8 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (lower(request_key))", 1)
 	case ttlCapped:
 		insert = strings.Replace(insert, "now() + $4::interval", "now() + least($4::interval, interval '1 hour')", 1)
+	case ttlJustified:
+		insert = strings.Replace(insert, "now() + $4::interval", "now() + justify_hours($4::interval)", 1)
 	}
 	var ttl any = req.TTL
 	switch c.breaks {
@@ -676,7 +752,14 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	default:
 		status += ` AND expires_at >= now()`
 	}
-	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE request_key = $1 AND sku = ANY($2) `+status), key, n.c.skus)
+	where := `request_key = $1`
+	if n.c.breaks == confirmCart {
+		where = `user_id = (SELECT user_id FROM {reservation} WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD')`
+	}
+	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE `+where+` AND sku = ANY($2) `+status), key, n.c.skus)
+	if n.c.breaks == confirmCart && tag.RowsAffected() > 1 {
+		return true, err // the key's own row was among them
+	}
 	if tag.RowsAffected() == 1 {
 		n.own.Delete(key) // lookupCachesOwn: forgets only what it moved
 	}
@@ -687,6 +770,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if err := n.check(); err != nil {
 		return 0, err
 	}
+	n.forgetSold(key) // limitCacheNode: only this node forgets
 	status := `AND status = 'HELD'`
 	switch n.c.breaks {
 	case releaseNoStatusCheck:

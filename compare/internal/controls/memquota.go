@@ -36,5 +36,9 @@ func memquotaControls() []Control {
 			"ctl-recount-even-share", "memquota-recover with one mistake", "C28-15",
 			"a restarted node recounts from an even split of the SKU's total instead of its configured share: a node whose share was smaller sells units another node holds",
 			expect("restart", strategy.SurvivesRestart)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, RecountSkipsDue: true}),
+			"ctl-recount-skips-due", "memquota-recover with one mistake", "C28-08",
+			"a restarted node recounts only the HELD rows whose expires_at has not passed: a due reservation no job has moved has its unit sold again, and its late payment confirms it too",
+			expect("deployment-contract", contract)),
 	}
 }

@@ -61,7 +61,7 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 	}
 	oneActive := `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status IN ('HELD','CONFIRMED')`
 	switch s.b {
-	case checkThenInsert:
+	case checkThenInsert, limitSkipsDue:
 		oneActive = ""
 	case limitPerUser:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (user_id) WHERE status IN ('HELD','CONFIRMED')`
