@@ -434,4 +434,10 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	if list, err := other.Audit(ctx); err != nil || len(list) != 1 || list[0].Available != 1 || list[0].Active != 2 {
 		t.Errorf("Audit of the second deployment: %+v, %v; want available 1, active 2", list, err)
 	}
+	// Lookup finds a key whatever deployment made it: keys are the
+	// clients', one namespace in the database, as Reserve's KEY_REUSED
+	// across deployments shows.
+	if r, err := dep.Node(0).Lookup(ctx, keys[0]); err != nil || r.Status != strategy.StatusHeld || r.SKU != sku {
+		t.Errorf("Lookup on the first deployment of %s, which the second made: %s for %q, %v; want HELD for %q (Lookup finds a key whatever deployment made it)", keys[0], r.Status, r.SKU, err, sku)
+	}
 }

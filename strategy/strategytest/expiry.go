@@ -627,7 +627,7 @@ func article(s strategy.Status) string {
 // other scenario).
 func (t *trial) reserveAgain(ctx context.Context, keys []string, ended strategy.Status) error {
 	sku := t.sku(t.in.Stock[0].SKU)
-	replays, again := make([]Op, len(keys)), make([]Op, len(keys))
+	replays, reused, again := make([]Op, len(keys)), make([]Op, len(keys)), make([]Op, len(keys))
 	Together(len(keys), func(i int) {
 		var n int // holdMany's key req-NNNN belongs to user-NNNN
 		if _, err := fmt.Sscanf(t.plain(keys[i]), "req-%d", &n); err != nil {
@@ -635,12 +635,18 @@ func (t *trial) reserveAgain(ctx context.Context, keys []string, ended strategy.
 		}
 		user := t.user(fmt.Sprintf("user-%04d", n))
 		replays[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{Key: keys[i], User: user, SKU: sku, TTL: strategy.TTLForever})
+		// The key of a reservation that ended is still its owner's: another
+		// user who sends it is told KEY_REUSED, not a REPLAY of it.
+		reused[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{Key: keys[i], User: t.user(fmt.Sprintf("user-other-%04d", n)), SKU: sku, TTL: strategy.TTLForever})
 		again[i] = t.reserveDefinite(ctx, fmt.Sprintf("again%d", i), i, strategy.Request{
 			Key: t.key(fmt.Sprintf("req-again-%04d", n)), User: user, SKU: sku, TTL: strategy.TTLForever,
 		})
 	})
-	var stale, refused []string
+	var stale, refused, notReused []string
 	for i := range keys {
+		if r := reused[i]; r.Outcome != strategy.OutcomeKeyReused || r.Answer.Key != keys[i] || r.Answer.User == r.Req.User {
+			notReused = append(notReused, fmt.Sprintf("%s from %s: %s %s (owner %q) %s", t.plain(r.Req.Key), t.plain(r.Req.User), r.Outcome, r.Answer.Status, t.plain(r.Answer.User), r.Err))
+		}
 		if r := replays[i]; r.Outcome != strategy.OutcomeReplay || r.Answer.Status != ended {
 			stale = append(stale, fmt.Sprintf("%s: %s %s %s", t.plain(r.Req.Key), r.Outcome, r.Answer.Status, r.Err))
 		}
@@ -650,6 +656,8 @@ func (t *trial) reserveAgain(ctx context.Context, keys []string, ended strategy.
 	}
 	t.check(Base, fmt.Sprintf("a request sent again after its reservation was %s is a REPLAY that says %s", ended, ended), len(stale) == 0,
 		fmt.Sprintf("%d of %d answered otherwise: %s", len(stale), len(keys), sample(stale)))
+	t.check(strategy.IdempotentKey, fmt.Sprintf("the key of a reservation that was %s, sent by another user, is KEY_REUSED with its owner's reservation", ended), len(notReused) == 0,
+		fmt.Sprintf("%d of %d answered otherwise: %s", len(notReused), len(keys), sample(notReused)))
 	t.check(Base, fmt.Sprintf("a user whose reservation was %s can reserve the SKU again", ended), len(refused) == 0,
 		fmt.Sprintf("%d of %d answered otherwise than HELD: %s", len(refused), len(keys), sample(refused)))
 	if _, ok := t.node(0).(strategy.Releaser); !ok {

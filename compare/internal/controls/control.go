@@ -185,6 +185,11 @@ const (
 	// itself, forgetting one only when it moves it: another node's release
 	// or confirm leaves it reading HELD.
 	lookupCachesOwn
+	// endedKeyReplays: a key whose reservation was released or expired is
+	// answered REPLAY whoever sends it, not KEY_REUSED to another user.
+	endedKeyReplays
+	// lookupOwnSKUs: Lookup finds only keys of the deployment's own SKUs.
+	lookupOwnSKUs
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -436,7 +441,11 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 	if r, ok := n.own.Load(key); ok {
 		return r.(strategy.Reservation), nil
 	}
-	return n.c.lookupIn(ctx, n.c.db, key)
+	r, err := n.c.lookupIn(ctx, n.c.db, key)
+	if err == nil && n.c.breaks == lookupOwnSKUs && r.Status != strategy.StatusNotFound && !n.c.owns(r.SKU) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
+	return r, err
 }
 
 type querier interface {
@@ -563,7 +572,8 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 }
 
 func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
-	if existing.User != req.User || existing.SKU != req.SKU {
+	ended := existing.Status == strategy.StatusReleased || existing.Status == strategy.StatusExpired
+	if (existing.User != req.User || existing.SKU != req.SKU) && !(c.breaks == endedKeyReplays && ended) {
 		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
 	}
 	if c.breaks == replayIsHeld {
