@@ -36,6 +36,7 @@ const (
 	// not run under any one request's context (its requests have their
 	// own deadlines and may give up; the batch must still finish for the
 	// others), so it has a deadline of its own.
+	// strategy.Config.InternalDeadline, when shorter, replaces it.
 	DefaultBatchTimeout = 30 * time.Second
 	// DefaultMaxRequeues bounds how often one request goes back to the
 	// queue (its batch was refused with 40001 or 40P01, or a conflict it
@@ -73,6 +74,10 @@ const (
 	// so never tried, is answered SOLD_OUT even when an earlier request's
 	// insert met a conflict and left a unit over.
 	SoldOutUntried
+	// DeadlineIsBusy: a batch whose own deadline (BatchTimeout) expired
+	// answers each of its requests BUSY, as if it had written nothing,
+	// though its COMMIT may have been sent and may well have committed.
+	DeadlineIsBusy
 )
 
 func (o Options) withDefaults() Options {
@@ -151,7 +156,11 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, opts: opts.withDefaults(), skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	opts = opts.withDefaults()
+	if cfg.InternalDeadline > 0 && cfg.InternalDeadline < opts.BatchTimeout {
+		opts.BatchTimeout = cfg.InternalDeadline
+	}
+	d := &Deployment{db: cfg.DB, opts: opts, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		n := &node{Handle: h, d: d, combiners: make(map[string]*combiner, len(d.skus))}
 		for _, sku := range d.skus {

@@ -106,6 +106,8 @@ func (c *combiner) run(batch []*pending) {
 	var again []*pending
 	for i, p := range batch {
 		switch {
+		case err != nil && c.d.opts.Mistake == DeadlineIsBusy && ctx.Err() != nil:
+			p.done <- answer{res: strategy.Result{Outcome: strategy.OutcomeBusy}}
 		case err != nil && !retryable(err):
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: in a batch of %d: %w", p.req.Key, len(batch), err)}
 		case err == nil && replies[i].err != nil:

@@ -61,8 +61,10 @@
 // server crash) answers every request in the batch with that error, each
 // an unknown outcome that Lookup or a replay of the same request resolves,
 // as for any other strategy. Its batch runs under its own deadline
-// (Options.BatchTimeout), not a request's: a caller that gives up gets an
-// error at once, and the batch still commits or fails for all.
+// (Options.BatchTimeout, or strategy.Config.InternalDeadline when that is
+// shorter), not a request's: a caller that gives up gets an error at once,
+// and the batch still commits or fails for all. A batch whose own deadline
+// fires answers the same error: its COMMIT may have been sent.
 //
 // TestConformance runs the conformance kit over all of it.
 //

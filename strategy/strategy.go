@@ -248,6 +248,15 @@ type Config struct {
 	// A strategy that needs none ignores it. Open fails with an error
 	// matching ErrMissingResource when one it needs is missing.
 	Resources map[Resource]string
+
+	// InternalDeadline, when positive, bounds every deadline the strategy
+	// sets on work of its own that no caller's context bounds (combine's
+	// batch, which serves requests whose callers may give up); 0 keeps the
+	// strategy's defaults. A strategy with such deadlines honours it. The
+	// conformance kit sets it shorter than the stalls it makes, so that
+	// the answer a strategy gives when its own deadline fires is checked:
+	// with a default of 30 seconds no scenario would ever reach that code.
+	InternalDeadline time.Duration
 }
 
 // MaxTotal bounds the stock of one SKU: it must fit PostgreSQL's int4,
@@ -285,6 +294,9 @@ func (c Config) Validate() error {
 	}
 	if c.Nodes < 0 {
 		return fmt.Errorf("%w: negative node count %d", ErrConfig, c.Nodes)
+	}
+	if c.InternalDeadline < 0 {
+		return fmt.Errorf("%w: negative internal deadline %v", ErrConfig, c.InternalDeadline)
 	}
 	if len(c.Stock) == 0 {
 		return fmt.Errorf("%w: no stock", ErrConfig)

@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -24,7 +25,11 @@ import (
 // the node it was sent to before anything else reaches it (a unit given back for that
 // release after the restart recounted it is counted twice). Then the
 // commits finish. The harness records the first wave as unknown, and the
-// checks find what really happened.
+// checks find what really happened. The scenario gives the deployment an
+// internal deadline (strategy.Config.InternalDeadline) shorter than the
+// clients' own, so a strategy whose work runs under a deadline of its own
+// (combine's batch) reaches it while the COMMIT waits, and the answer it
+// gives then is the one checked: it must be unknown too.
 func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.proxy.LoseCancels(true)
 	waves := t.in.Stock[:len(t.in.Stock)-1] // the last SKU is the release's
@@ -40,6 +45,7 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.loadOver(ctx, waves, t.in.Requests, "slow", time.Second)
 	relErr := t.releaseWhileWaiting(ctx, relKey)
 	ok, fail, info := t.countTypesOf("slow")
+	t.vary("first wave: answered before the clients' deadline (the strategy's own deadline fired first)", t.answeredWithin("slow", time.Second*9/10))
 	var waiting int
 	if err := t.env.Admin.QueryRow(ctx, syncRepWaitingSQL).Scan(&waiting); err != nil {
 		return fmt.Errorf("count waiting COMMITs: %w", err)
@@ -198,6 +204,18 @@ func (t *trial) restartAfterRelease(ctx context.Context, key string, relErr erro
 }
 
 // loadOver is t.load with the requests spread over these SKUs only.
+// answeredWithin counts the reserve calls of keys with prefix that were
+// answered, by an error or otherwise, sooner than d after they began.
+func (t *trial) answeredWithin(prefix string, d time.Duration) int {
+	n := 0
+	for _, op := range t.hist.Ops() {
+		if op.Kind == "reserve" && strings.HasPrefix(op.Req.Key, prefix+"-") && op.Complete-op.Invoke < d {
+			n++
+		}
+	}
+	return n
+}
+
 func (t *trial) loadOver(ctx context.Context, stock []StockInput, n int, prefix string, timeout time.Duration) {
 	t.loadStock = stock
 	defer func() { t.loadStock = nil }()

@@ -68,6 +68,12 @@ type Scenario struct {
 	ShortRepetitions int     `json:"short_repetitions"`
 	ShortScale       float64 `json:"short_scale,omitempty"` // -short multiplies request counts by this
 
+	// InternalDeadlineMS, when positive, is the trials' deployments'
+	// strategy.Config.InternalDeadline in milliseconds: a scenario that
+	// stalls the database for longer makes the strategy's own deadlines
+	// fire (commit-timeout).
+	InternalDeadlineMS int `json:"internal_deadline_ms,omitempty"`
+
 	// KindRequests.
 	Phases []Phase `json:"phases,omitempty"`
 
@@ -394,6 +400,9 @@ func (in *Scenario) Validate() error {
 	}
 	if in.ShortScale < 0 || in.ShortScale > 1 {
 		return bad("short_scale must be in [0, 1]")
+	}
+	if in.InternalDeadlineMS < 0 {
+		return bad("internal_deadline_ms must not be negative")
 	}
 	if len(in.Stock) == 0 {
 		return bad("no stock")

@@ -128,7 +128,8 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 	var trials []*trial
 	for n := 1; n <= reps; n++ {
 		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
-		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs()}
+		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs(),
+			InternalDeadline: time.Duration(in.InternalDeadlineMS) * time.Millisecond}
 		if req.proxy {
 			if t.proxy, t.cfg.DB, err = t.proxyPool(ctx); err != nil {
 				t.runCleanups()

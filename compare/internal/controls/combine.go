@@ -21,5 +21,9 @@ func combineMistakes() []Control {
 			"ctl-combine-sold-out-untried", "combine with one mistake", "C28-04",
 			"a request ranked past the units a batch saw is answered SOLD_OUT without being tried, also when an earlier one's insert met a reservation committed while the batch waited and left a unit over",
 			expect("deployment-contract", strategy.NoPhantomSoldOut)),
+		fromStrategy(combine.New(combine.Options{Mistake: combine.DeadlineIsBusy}),
+			"ctl-combine-deadline-busy", "combine with one mistake", "new",
+			"a batch whose own deadline expired while its COMMIT waited answers BUSY, a definite answer, though the COMMIT was sent and commits once the wait ends",
+			expect("commit-timeout", contract)),
 	}
 }
