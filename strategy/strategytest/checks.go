@@ -25,6 +25,7 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 		"sku twice":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: sku, Total: 5}}},
 		"empty sku":                           {DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: "", Total: 5}}},
 		"negative nodes":                      {DB: db, Nodes: -1, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
+		"negative internal deadline":          {DB: db, InternalDeadline: -time.Second, Stock: []strategy.Stock{{SKU: sku, Total: 5}}},
 		"shares that do not sum to the total": {DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5, Shares: []int{2, 2}}}},
 		"shares for another node count":       {DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 5, Shares: []int{5}}}},
 	}
