@@ -90,8 +90,38 @@ func runBadInput(ctx context.Context, t *trial) error {
 	t.check(Base, "a malformed request is BAD_REQUEST with a typed error naming the field", len(wrong) == 0, strings.Join(wrong, "; "))
 	t.check(Base, "a malformed request writes nothing", len(written) == 0, strings.Join(written, "; "))
 
-	ok := t.reserveDefinite(ctx, "c", 0, strategy.Request{Key: t.key("req-good"), User: t.user("user-0042"), SKU: sku, TTL: time.Minute})
+	good := strategy.Request{Key: t.key("req-good"), User: t.user("user-0042"), SKU: sku, TTL: time.Minute}
+	ok := t.reserveDefinite(ctx, "c", 0, good)
 	t.check(Base, "a valid request after malformed ones is HELD", ok.Outcome == strategy.OutcomeHeld,
 		fmt.Sprintf("got %s %s", ok.Outcome, ok.Err))
+	if ok.Outcome == strategy.OutcomeHeld {
+		t.checkKnownKeyBadInput(ctx, good)
+	}
 	return nil
+}
+
+// checkKnownKeyBadInput: a malformed request is BAD_REQUEST even when its
+// key is known. The held request's key is sent again by its user with an
+// unknown SKU and with a TTL out of range: a strategy that answers a known
+// key before it checks the request (KEY_REUSED, or REPLAY) passes every
+// malformed request above, each of which has a fresh key.
+func (t *trial) checkKnownKeyBadInput(ctx context.Context, held strategy.Request) {
+	var wrong []string
+	for _, b := range []struct {
+		name, field string
+		req         strategy.Request
+	}{
+		{"unknown sku", "sku", strategy.Request{Key: held.Key, User: held.User, SKU: t.sku("sku-nobody-sells"), TTL: held.TTL}},
+		{"zero TTL", "ttl", strategy.Request{Key: held.Key, User: held.User, SKU: held.SKU}},
+	} {
+		// Not in the history: its checks of a key's answers know nothing
+		// of requests that are not the key's (a BAD_REQUEST is no answer
+		// about the key), and a wrong answer here is judged below.
+		res, err := t.node(0).Reserve(ctx, b.req)
+		var rerr *strategy.RequestError
+		if res.Outcome != strategy.OutcomeBadRequest || !errors.As(err, &rerr) || rerr.Field != b.field {
+			wrong = append(wrong, fmt.Sprintf("%s: %s, %v; want BAD_REQUEST naming %q", b.name, res.Outcome, err, b.field))
+		}
+	}
+	t.check(Base, "a malformed request with a known key is BAD_REQUEST, not an answer about the key", len(wrong) == 0, strings.Join(wrong, "; "), held.Key)
 }

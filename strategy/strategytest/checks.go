@@ -68,6 +68,21 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 	} else if !errors.Is(err, strategy.ErrStockExists) {
 		t.Errorf("second Open of sku %s: %v, want strategy.ErrStockExists", sku, err)
 	}
+	// An Open refused for one SKU writes nothing, for any SKU: a new SKU
+	// listed with an existing one opens afterwards on its own.
+	fresh := kitSKU("cfg-fresh")
+	mixed, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: fresh, Total: 2}, {SKU: sku, Total: 5}}})
+	if err == nil {
+		_ = mixed.Close()
+		t.Errorf("Open of a new sku %s with the existing %s: no error, want strategy.ErrStockExists", fresh, sku)
+	} else if !errors.Is(err, strategy.ErrStockExists) {
+		t.Errorf("Open of a new sku %s with the existing %s: %v, want strategy.ErrStockExists", fresh, sku, err)
+	}
+	if alone, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: fresh, Total: 2}}}); err != nil {
+		t.Errorf("Open of sku %s alone, after an Open that listed it with an existing SKU was refused: %v; want it to open (the refused Open must write nothing)", fresh, err)
+	} else {
+		_ = alone.Close()
+	}
 
 	checkAudit := func(when string, wantAvail, wantActive int) {
 		t.Helper()
@@ -134,7 +149,7 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 	if other := strategy.ProbeNode(dep.Node(1)); other != strategy.ProbeNode(dep.Node(0)) {
 		t.Errorf("node 1 has capabilities %+v, node 0 %+v: every node of a deployment must have the same", other, strategy.ProbeNode(dep.Node(0)))
 	}
-	checkScope(ctx, t, meta, db, rs, dep)
+	checkScope(ctx, t, meta, db, rs, dep, sku, "kit-u1")
 	checkClosedDeployment(ctx, t, meta, db, rs)
 
 	// A second process attaches to the same stock: nothing written, same state.
@@ -380,7 +395,10 @@ func checkSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 // checkScope: Confirm, Release and ExpireDue of one deployment touch only
 // its own SKUs, while another deployment shares the database (the table
 // runs many at once in one database; a service runs one per SKU group).
-func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, dep strategy.Deployment) {
+//
+// mine is a SKU of dep with units left, and mine+"-b" one without; holder
+// holds a reservation of mine.
+func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, dep strategy.Deployment, mine, holder string) {
 	t.Helper()
 	sku := kitSKU("scope")
 	other, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
@@ -427,9 +445,31 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	if r, err := other.Node(0).Lookup(ctx, stray.Key); err != nil || r.Status != strategy.StatusNotFound {
 		t.Errorf("Reserve for a SKU another deployment loaded wrote %s, %v; want nothing", r.Status, err)
 	}
+	// So is a known key sent for it: the SKU is checked before the key.
+	known := strategy.Request{Key: keys[0], User: "kit-scope-0", SKU: sku, TTL: time.Minute}
+	if res, err := dep.Node(0).Reserve(ctx, known); res.Outcome != strategy.OutcomeBadRequest || !errors.Is(err, strategy.ErrBadRequest) {
+		t.Errorf("Reserve on the first deployment of the second's key %s, by its user, for the second's SKU: %s, %v; want BAD_REQUEST (strategy.UnknownSKU): the SKU is not this deployment's, whatever the key", known.Key, res.Outcome, err)
+	}
+	// Reserve knows a key whatever deployment made it, as Lookup does: the
+	// other deployment's key sent here, by another user, for a SKU of this
+	// deployment with units left, with none, and by a user who holds that
+	// SKU, is KEY_REUSED with the reservation that owns it, and writes
+	// nothing (a known-key lookup limited to the deployment's own SKUs
+	// finds no owner, then meets the key in the unique index).
+	for _, req := range []strategy.Request{
+		{Key: keys[0], User: "kit-scope-stranger", SKU: mine, TTL: time.Minute},
+		{Key: keys[0], User: "kit-scope-stranger", SKU: mine + "-b", TTL: time.Minute},
+		{Key: keys[0], User: holder, SKU: mine, TTL: time.Minute},
+	} {
+		res, err := dep.Node(0).Reserve(ctx, req)
+		if err != nil || res.Outcome != strategy.OutcomeKeyReused || res.Reservation.User != "kit-scope-0" || res.Reservation.SKU != sku {
+			t.Errorf("Reserve on the first deployment of %s, which the second made for user kit-scope-0 and SKU %q, by user %q for SKU %q: %s (owner user %q, SKU %q), %v; want KEY_REUSED with the owner (Reserve knows a key whatever deployment made it)",
+				keys[0], sku, req.User, req.SKU, res.Outcome, res.Reservation.User, res.Reservation.SKU, err)
+		}
+	}
 	for _, k := range keys {
 		if r, err := other.Node(0).Lookup(ctx, k); err != nil || r.Status != strategy.StatusHeld {
-			t.Errorf("%s, after the first deployment's Confirm, Release and ExpireDue: %s, %v; want HELD", k, r.Status, err)
+			t.Errorf("%s, after the first deployment's Confirm, Release, ExpireDue and Reserve: %s, %v; want HELD", k, r.Status, err)
 		}
 	}
 	if list, err := other.Audit(ctx); err != nil || len(list) != 1 || list[0].Available != 1 || list[0].Active != 2 {

@@ -190,6 +190,16 @@ const (
 	endedKeyReplays
 	// lookupOwnSKUs: Lookup finds only keys of the deployment's own SKUs.
 	lookupOwnSKUs
+	// replayOwnSKUs: the reserve path looks a known key up among the
+	// deployment's own SKUs only: another deployment's key finds no owner,
+	// then meets the unique index, and is answered USER_LIMIT.
+	replayOwnSKUs
+	// knownKeyFirst: the reserve path answers a known key (REPLAY or
+	// KEY_REUSED) before it checks that the SKU is the deployment's.
+	knownKeyFirst
+	// openPartial: Open loads each SKU in a transaction of its own and
+	// reports ErrStockExists for the ones that had stock, keeping the rest.
+	openPartial
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -285,6 +295,9 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 			if s.b == stockOffByOne {
 				total++
 			}
+			if s.b == openPartial {
+				continue
+			}
 			tag, err := tx.Exec(ctx, tb.q(insert), st.SKU, total)
 			if err != nil {
 				return err
@@ -295,6 +308,21 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 		}
 		return nil
 	})
+	if err == nil && s.b == openPartial {
+		var exists []string
+		for _, st := range cfg.Stock {
+			tag, ierr := cfg.DB.Exec(ctx, tb.q(`INSERT INTO {stock} (sku, total, available) VALUES ($1, $2, $2) ON CONFLICT DO NOTHING`), st.SKU, st.Total)
+			if ierr != nil {
+				return nil, fmt.Errorf("%s: open: %w", s.name, ierr)
+			}
+			if tag.RowsAffected() == 0 {
+				exists = append(exists, st.SKU)
+			}
+		}
+		if len(exists) > 0 {
+			err = fmt.Errorf("%w: %s", strategy.ErrStockExists, strings.Join(exists, ", "))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: open: %w", s.name, err)
 	}
@@ -475,6 +503,9 @@ func (c *control) replayIn(ctx context.Context, q querier, key string) (strategy
 	if c.breaks == replayFoldsConfirmed && r.Status == strategy.StatusConfirmed {
 		r.Status = strategy.StatusHeld
 	}
+	if c.breaks == replayOwnSKUs && r.Status != strategy.StatusNotFound && !c.owns(r.SKU) {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
+	}
 	return r, err
 }
 
@@ -521,6 +552,15 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 	if err := n.check(); err != nil {
 		return strategy.Result{}, err
+	}
+	if n.c.breaks == knownKeyFirst {
+		existing, err := n.c.replayIn(ctx, n.c.db, req.Key)
+		if err != nil {
+			return strategy.Result{}, err
+		}
+		if existing.Status != strategy.StatusNotFound {
+			return n.c.knownKey(req, existing), nil
+		}
 	}
 	known := n.c.owns(req.SKU)
 	if n.c.breaks == skuOfAnyDeployment {
