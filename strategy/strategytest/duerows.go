@@ -21,7 +21,8 @@ import (
 // here one reservation is made due, the SKU is sold out around it, and
 // only then does the late payment arrive.
 //
-// Two more ways to forget the due row are driven here: its own user asks
+// Three more ways to forget the due row are driven here: its request is
+// sent again (REPLAY, still HELD), its own user asks
 // for the SKU again under a new key while a unit is free (the row still
 // counts against its user: a limit that skips due rows gives the user a
 // second hold, and the late payment then leaves two active), and, where
@@ -50,6 +51,16 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	}
 	if n, err := ager.MakeDue(ctx, []string{req(1).Key}); err != nil || n != 1 {
 		t.Fatalf("MakeDue: %d, %v; want 1", n, err)
+	}
+	// The request sent again is REPLAY of what Lookup reads: HELD, its
+	// unit still its own, however late (a replay that reports a due row
+	// EXPIRED tells the client its hold is gone while the row still holds
+	// the unit, counts against its user and takes the late payment).
+	if res, err := reserveUnlessBusy(ctx, node, req(1)); err != nil || res.Outcome != strategy.OutcomeReplay || res.Reservation.Status != strategy.StatusHeld {
+		t.Errorf("reservation 1's request sent again while it is due and unmoved: %s with status %s, %v; want REPLAY with status HELD (as Lookup reads it until a transition moves it)", res.Outcome, res.Reservation.Status, err)
+	}
+	if r, err := node.Lookup(ctx, req(1).Key); err != nil || r.Status != strategy.StatusHeld {
+		t.Errorf("Lookup of reservation 1 while it is due and unmoved: %s, %v; want HELD", r.Status, err)
 	}
 	again := req(1)
 	again.Key = "kit-due-holds-again-" + sku

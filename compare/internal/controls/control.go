@@ -200,6 +200,10 @@ const (
 	// openPartial: Open loads each SKU in a transaction of its own and
 	// reports ErrStockExists for the ones that had stock, keeping the rest.
 	openPartial
+	// replayDueExpired: the reserve path reports a known key's HELD
+	// reservation past its expires_at as EXPIRED, though no transition
+	// moved it (Lookup still reads HELD).
+	replayDueExpired
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -502,6 +506,9 @@ func (c *control) replayIn(ctx context.Context, q querier, key string) (strategy
 	r, err := c.lookupIn(ctx, q, key)
 	if c.breaks == replayFoldsConfirmed && r.Status == strategy.StatusConfirmed {
 		r.Status = strategy.StatusHeld
+	}
+	if c.breaks == replayDueExpired && r.Status == strategy.StatusHeld && time.Until(r.ExpiresAt) < 0 {
+		r.Status = strategy.StatusExpired
 	}
 	if c.breaks == replayOwnSKUs && r.Status != strategy.StatusNotFound && !c.owns(r.SKU) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, err
