@@ -295,7 +295,7 @@ func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 // sqlMakeDue moves expires_at of HELD rows into the past, as seed 000 does
 // to simulate expiry.
 const sqlMakeDue = `
-UPDATE reservation SET expires_at = now() - interval '1 second', updated_at = now()
+UPDATE reservation SET expires_at = now() - interval '400 days', updated_at = now()
 WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 
 // MakeDue makes the HELD reservations with these keys (of this deployment's

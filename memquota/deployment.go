@@ -351,7 +351,7 @@ func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 }
 
 const makeDueSQL = `
-UPDATE memquota_sale SET expires_at = now() - interval '1 second', updated_at = now()
+UPDATE memquota_sale SET expires_at = now() - interval '400 days', updated_at = now()
 WHERE request_key = ANY($1) AND status = 'HELD' AND sku = ANY($2)`
 
 // MakeDue moves expires_at of the deployment's HELD reservations with these

@@ -43,7 +43,7 @@ WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
 RETURNING sku, request_key, user_id`
 
 	sqlMakeDue = `
-UPDATE rediscounter_reservation SET expires_at = now() - interval '1 second'
+UPDATE rediscounter_reservation SET expires_at = now() - interval '400 days'
 WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 
 	sqlAudit = `

@@ -14,7 +14,7 @@ import (
 // (RETURNING).
 const (
 	sqlMakeDue = `
-UPDATE {p}_reservation SET expires_at = now() - interval '1 second'
+UPDATE {p}_reservation SET expires_at = now() - interval '400 days'
 WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 
 	sqlAudit = `

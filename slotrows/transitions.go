@@ -62,7 +62,7 @@ WITH due AS (
 SELECT count(*) FROM freed`
 
 	sqlMakeDue = `
-UPDATE slotrows_reservation SET expires_at = now() - interval '1 second'
+UPDATE slotrows_reservation SET expires_at = now() - interval '400 days'
 WHERE request_key = ANY($1::text[]) AND sku = ANY($2::text[]) AND status = 'HELD'`
 
 	// sqlAudit reads, in one snapshot, per SKU of the deployment: the slot
@@ -141,7 +141,7 @@ func (d *Deployment) expireIn(ctx context.Context, db interface {
 }
 
 // MakeDue moves expires_at of the deployment's HELD reservations with these
-// keys one second into the past.
+// keys 400 days into the past (strategy.Ager).
 func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 	tag, err := d.db.Exec(ctx, sqlMakeDue, keys, d.skus)
 	if err != nil {

@@ -189,8 +189,11 @@ type Restarter interface {
 // without waiting for their TTL, by moving expires_at into the past (seed 000
 // does the same). Without it, expiry scenarios are skipped.
 type Ager interface {
-	// MakeDue moves expires_at of the HELD reservations with these keys into
-	// the past and returns how many it moved.
+	// MakeDue moves expires_at of the HELD reservations with these keys
+	// 400 days into the past and returns how many it moved. So far back on
+	// purpose: a job or a late payment that looks back only over a bounded
+	// window (the last hours, days or months) misses such a row; a row
+	// just past its expires_at is made with a short TTL instead.
 	MakeDue(ctx context.Context, keys []string) (int, error)
 }
 

@@ -75,7 +75,7 @@ ORDER BY array_position($1, s.sku)`
 	// sqlStockRowMakeDue moves expires_at of HELD rows into the past, as
 	// seed 000 does to simulate expiry.
 	sqlStockRowMakeDue = `
-UPDATE {p}_reservation SET expires_at = now() - interval '1 second', updated_at = now()
+UPDATE {p}_reservation SET expires_at = now() - interval '400 days', updated_at = now()
 WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 )
 

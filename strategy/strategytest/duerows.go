@@ -94,9 +94,20 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	}
 	audit("after selling around a due reservation")
 	if c, ok := node.(strategy.Confirmer); ok {
+		before, err := node.Lookup(ctx, req(1).Key)
+		if err != nil {
+			t.Fatalf("Lookup of the due reservation: %v", err)
+		}
 		moved, err := c.Confirm(ctx, req(1).Key, strategy.ConfirmUntilExpired)
 		if err != nil {
 			t.Fatalf("Confirm (until expired) of the due reservation: %v", err)
+		}
+		// Nothing else runs: a reservation Lookup read HELD is one no
+		// expiry has moved, and the late payment confirms it, however late
+		// (MakeDue put it 400 days past; a strategy that expired it lazily
+		// while selling reads EXPIRED here, and refuses rightly).
+		if before.Status == strategy.StatusHeld && !moved {
+			t.Errorf("Confirm (until expired) of a due reservation that Lookup read HELD just before: not moved; want it confirmed (ConfirmUntilExpired confirms a reservation past expires_at as long as no expiry has moved it)")
 		}
 		audit(fmt.Sprintf("after its late payment (confirm moved %v)", moved))
 	}

@@ -204,6 +204,13 @@ const (
 	// reservation past its expires_at as EXPIRED, though no transition
 	// moved it (Lookup still reads HELD).
 	replayDueExpired
+	// expireWindow: ExpireDue moves only rows that fell due within the
+	// last 6 hours (a bounded scan): a hold overdue for longer, as after
+	// the job was down, is never expired.
+	expireWindow
+	// lateConfirmWindow: ConfirmUntilExpired accepts a late payment only
+	// up to 10 minutes after expires_at, though no expiry moved the row.
+	lateConfirmWindow
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -452,7 +459,7 @@ func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
 			}
 		}
 	}
-	tag, err := c.db.Exec(ctx, c.t.q(`UPDATE {reservation} SET expires_at = now() - interval '1 second' WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`), keys, c.skus)
+	tag, err := c.db.Exec(ctx, c.t.q(`UPDATE {reservation} SET expires_at = now() - interval '400 days' WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`), keys, c.skus)
 	return int(tag.RowsAffected()), err
 }
 
@@ -801,6 +808,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 		status = `AND status IN ('HELD', 'CONFIRMED')`
 	}
 	switch {
+	case mode == strategy.ConfirmUntilExpired && n.c.breaks == lateConfirmWindow:
+		status += ` AND expires_at >= now() - interval '10 minutes'`
 	case mode != strategy.ConfirmBeforeExpiry || n.c.breaks == confirmIgnoresExpiry:
 	case n.c.breaks == confirmEarly:
 		status += ` AND expires_at >= now() + interval '2 seconds'`
@@ -944,6 +953,9 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 		due = `now() - interval '500 milliseconds'`
 	}
 	batch := ""
+	if c.breaks == expireWindow {
+		batch = ` AND expires_at > now() - interval '6 hours'`
+	}
 	if c.breaks == expireInBatches {
 		batch = ` AND reservation_id IN (SELECT reservation_id FROM {reservation} WHERE ` + scope + ` AND status IN (` + statuses + `) AND expires_at < ` + due + ` ORDER BY expires_at LIMIT 1000)`
 	}

@@ -207,7 +207,7 @@ const (
 		WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()`
 
 	makeDueSQL = `
-		UPDATE ssicount_reservation SET expires_at = now() - interval '1 second'
+		UPDATE ssicount_reservation SET expires_at = now() - interval '400 days'
 		WHERE request_key = ANY($1) AND sku = ANY($2) AND status = 'HELD'`
 
 	auditSQL = `
