@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -436,7 +437,11 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 	if err != nil || len(all) == 0 {
 		return moved, err
 	}
-	rows, err := d.db.Query(ctx, settleSQL, keys, pids, attempts)
+	query := settleSQL
+	if d.opts.SettleByKey {
+		query = strings.Replace(query, " AND s.attempt = k.attempt", "", 1)
+	}
+	rows, err := d.db.Query(ctx, query, keys, pids, attempts)
 	if err != nil {
 		return 0, fmt.Errorf("memquota: settle: %w", err)
 	}

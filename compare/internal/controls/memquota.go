@@ -40,5 +40,9 @@ func memquotaControls() []Control {
 			"ctl-recount-skips-due", "memquota-recover with one mistake", "C28-08",
 			"a restarted node recounts only the HELD rows whose expires_at has not passed: a due reservation no job has moved has its unit sold again, and its late payment confirms it too",
 			expect("deployment-contract", contract)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromLog, SettleByKey: true}),
+			"ctl-settle-by-key", "memquota-recover with one mistake", "new",
+			"Settle looks for the row of a unit in doubt by its key alone: a request whose client gave up while it waited behind its own twin on another node, which then committed, keeps its unit for ever",
+			expect("deployment-contract", strategy.Conserves)),
 	}
 }
