@@ -135,9 +135,22 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 	}
 	checkAudit("after one reservation", 4, 1)
 
-	// A key PostgreSQL text cannot hold was never stored.
-	if r, err := dep.Node(0).Lookup(ctx, "kit-\x00-"+sku); err != nil || r.Status != strategy.StatusNotFound {
-		t.Errorf("Lookup of a key with a NUL byte: %+v, %v; want StatusNotFound, nil", r, err)
+	// A key PostgreSQL text cannot hold was never stored: a NUL byte, or
+	// bytes that are not UTF-8 (strategy.Storable).
+	for what, key := range map[string]string{"with a NUL byte": "kit-\x00-" + sku, "that is not UTF-8": "kit-\xff\xfe-" + sku} {
+		if r, err := dep.Node(0).Lookup(ctx, key); err != nil || r.Status != strategy.StatusNotFound {
+			t.Errorf("Lookup of a key %s: %+v, %v; want StatusNotFound, nil (strategy.Storable)", what, r, err)
+		}
+		if c, ok := dep.Node(0).(strategy.Confirmer); ok {
+			if moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired); err != nil || moved {
+				t.Errorf("Confirm of a key %s: %v, %v; want false, nil (strategy.Storable)", what, moved, err)
+			}
+		}
+		if rel, ok := dep.Node(0).(strategy.Releaser); ok {
+			if units, err := rel.Release(ctx, key); err != nil || units != 0 {
+				t.Errorf("Release of a key %s: %d, %v; want 0, nil (strategy.Storable)", what, units, err)
+			}
+		}
 	}
 
 	// Node(i) out of range panics with strategy.ErrNodeRange, everywhere.
@@ -221,6 +234,42 @@ func checkClosedDeployment(ctx context.Context, t tester, meta strategy.Meta, db
 	}
 	checkClosedNode(ctx, t, node, "a node of a closed deployment", known.Key,
 		strategy.Request{Key: "kit-closed-2-" + sku, User: "kit-closed-2", SKU: sku, TTL: time.Hour})
+	checkCloseKeepsData(ctx, t, meta, db, rs, sku, known.Key)
+}
+
+// checkCloseKeepsData: Close stops a deployment's process, nothing more.
+// The reservation it made is HELD for every other reader, and its unit is
+// still the holder's: a Close that releases its nodes' holds ("graceful
+// shutdown") takes the unit from a customer who is paying for it, while
+// the service's other processes (Attach) keep serving.
+func checkCloseKeepsData(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, sku, key string) {
+	t.Helper()
+	reader, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU("closed-reader"), Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open of a deployment beside the closed one: %v", err)
+	}
+	defer reader.Close()
+	if r, err := reader.Node(0).Lookup(ctx, key); err != nil || r.Status != strategy.StatusHeld {
+		t.Errorf("Lookup, through another deployment, of %s, which the closed deployment made HELD: %s, %v; want HELD (Close changes no data)", key, r.Status, err)
+	}
+	if meta.Attach == nil {
+		return
+	}
+	again, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Attach to the closed deployment's stock: %v", err)
+	}
+	defer again.Close()
+	// A process that starts from its configured share (memquota, which
+	// does not claim survives-restart) counts its units afresh; the rows
+	// are the same for everyone.
+	wantAvail := "any"
+	if meta.Claims.Has(strategy.SurvivesRestart) {
+		wantAvail = "1"
+	}
+	if list, err := again.Audit(ctx); err != nil || len(list) != 1 || list[0].Active != 1 || wantAvail == "1" && list[0].Available != 1 {
+		t.Errorf("Audit, through a process attached after Close, of the SKU of 2 with one HELD: %+v, %v; want active 1, available %s (Close changes no data)", list, err, wantAvail)
+	}
 }
 
 // checkClosedNode: every method of a node that was restarted, or whose

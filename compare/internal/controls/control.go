@@ -211,6 +211,13 @@ const (
 	// lateConfirmWindow: ConfirmUntilExpired accepts a late payment only
 	// up to 10 minutes after expires_at, though no expiry moved the row.
 	lateConfirmWindow
+	// closeReleases: Close releases the HELD reservations of the
+	// deployment's SKUs ("graceful shutdown"), giving their units back.
+	closeReleases
+	// storableNULOnly: Lookup, Confirm and Release screen out keys with a
+	// NUL byte, not keys that are not UTF-8, which reach PostgreSQL and
+	// fail there (22021).
+	storableNULOnly
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -433,6 +440,13 @@ func (c *control) Close() error {
 	for _, n := range c.nodes {
 		n.closed.Store(true)
 	}
+	if c.breaks == closeReleases {
+		_, err := c.db.Exec(context.Background(), c.t.q(`
+			WITH moved AS (UPDATE {reservation} SET status = 'RELEASED' WHERE sku = ANY($1) AND status = 'HELD' RETURNING sku),
+			per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku)
+			UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku`), c.skus)
+		return err
+	}
 	return nil
 }
 
@@ -463,6 +477,15 @@ func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
 	return int(tag.RowsAffected()), err
 }
 
+// storable is strategy.Storable, or its NUL test alone under
+// storableNULOnly.
+func (c *control) storable(key string) bool {
+	if c.breaks == storableNULOnly {
+		return !strings.ContainsRune(key, 0)
+	}
+	return strategy.Storable(key)
+}
+
 func (n *node) check() error {
 	if n.closed.Load() {
 		return strategy.ErrNodeClosed
@@ -474,7 +497,7 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 	if err := n.check(); err != nil && n.c.breaks != lookupIgnoresClosed {
 		return strategy.Reservation{}, err
 	}
-	if !strategy.Storable(key) {
+	if !n.c.storable(key) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
 	if r, ok := n.own.Load(key); ok {
@@ -800,6 +823,9 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if err := n.check(); err != nil {
 		return false, err
 	}
+	if !n.c.storable(key) {
+		return false, nil
+	}
 	status := `AND status = 'HELD'`
 	switch n.c.breaks {
 	case confirmNoStatusCheck:
@@ -835,6 +861,9 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if err := n.check(); err != nil {
 		return 0, err
+	}
+	if !n.c.storable(key) {
+		return 0, nil
 	}
 	n.forgetSold(key) // limitCacheNode: only this node forgets
 	status := `AND status = 'HELD'`
