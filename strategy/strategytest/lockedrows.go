@@ -127,3 +127,100 @@ func awaitAnswerOr[A any](ctx context.Context, done chan A, seen func() (bool, e
 		}
 	}
 }
+
+// checkTransitionsWaitForLockedRows: Confirm and Release of a HELD
+// reservation whose row another transaction holds (as an UPDATE in
+// flight, or an expiry job held open, holds the rows it changes) wait for
+// that transaction; when it rolls back, the reservation is still HELD and
+// the call moves it. A transition that skips a locked row (FOR UPDATE SKIP
+// LOCKED, NOWAIT) refuses a payment, or a release, of a hold that nobody
+// moved: no scenario held a row while a transition of it ran, except
+// expiry races where the other side commits.
+func checkTransitionsWaitForLockedRows(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("locked-moves")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	confirmer, canConfirm := node.(strategy.Confirmer)
+	releaser, canRelease := node.(strategy.Releaser)
+	if !canConfirm && !canRelease {
+		t.Skip("neither Confirm nor Release")
+	}
+	held := func(name string) string {
+		req := strategy.Request{Key: "kit-locked-moves-" + name + "-" + sku, User: "kit-locked-moves-" + name, SKU: sku, TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve %q on a fresh SKU: %s, %v; want HELD", req.Key, res.Outcome, err)
+		}
+		return req.Key
+	}
+	type moved struct {
+		ok  bool
+		err error
+	}
+	// behindLockedRows runs call while another transaction holds every row
+	// of the strategy's tables, rolls that transaction back once call waits
+	// for it (or has answered), and returns call's answer.
+	behindLockedRows := func(what string, call func() moved) (moved, bool) {
+		tx, err := admin.Begin(ctx)
+		if err != nil {
+			t.Fatalf("begin the transaction that holds the rows: %v", err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back below on every path that gets there
+		tables, err := gateTables(ctx, tx)
+		if err != nil {
+			t.Fatalf("list the tables: %v", err)
+		}
+		if len(tables) == 0 {
+			t.Skip("the strategy keeps no tables in PostgreSQL: no row to hold")
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			t.Fatalf("lock_timeout: %v", err)
+		}
+		for _, tb := range tables {
+			if _, err := tx.Exec(ctx, "SELECT FROM "+tb+" FOR NO KEY UPDATE"); err != nil {
+				t.Fatalf("hold the rows of %s: %v", tb, err)
+			}
+		}
+		var holder int32
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+			t.Fatalf("pid: %v", err)
+		}
+		done := make(chan moved, 1)
+		go func() { done <- call() }()
+		waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
+		if err := tx.Rollback(context.Background()); err != nil {
+			t.Errorf("release the rows: %v", err)
+		}
+		a := <-done
+		if probeErr != nil {
+			t.Fatalf("%s: read the lock waits: %v", what, probeErr)
+		}
+		return a, waited
+	}
+	if canConfirm {
+		key := held("confirm")
+		a, waited := behindLockedRows("Confirm", func() moved {
+			ok, err := confirmer.Confirm(ctx, key, strategy.ConfirmBeforeExpiry)
+			return moved{ok, err}
+		})
+		if a.err != nil || !a.ok {
+			t.Errorf("Confirm of HELD %s while another transaction held its row, which then rolled back (waited for it: %v): %v, %v; want true, nil (nobody moved the reservation)", key, waited, a.ok, a.err)
+		}
+	}
+	if canRelease {
+		key := held("release")
+		a, waited := behindLockedRows("Release", func() moved {
+			units, err := releaser.Release(ctx, key)
+			return moved{units == 1, err}
+		})
+		if a.err != nil || !a.ok {
+			t.Errorf("Release of HELD %s while another transaction held its row, which then rolled back (waited for it: %v): moved %v, %v; want 1 unit, nil (nobody moved the reservation)", key, waited, a.ok, a.err)
+		}
+	}
+}

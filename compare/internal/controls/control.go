@@ -218,6 +218,10 @@ const (
 	// NUL byte, not keys that are not UTF-8, which reach PostgreSQL and
 	// fail there (22021).
 	storableNULOnly
+	// confirmSkipLocked: Confirm moves the row only if it can lock it at
+	// once (FOR UPDATE SKIP LOCKED), and answers false when another
+	// transaction holds it.
+	confirmSkipLocked
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -845,6 +849,9 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 		status += ` AND expires_at >= now()`
 	}
 	where := `request_key = $1`
+	if n.c.breaks == confirmSkipLocked {
+		where = `request_key = (SELECT request_key FROM {reservation} WHERE request_key = $1 FOR UPDATE SKIP LOCKED)`
+	}
 	if n.c.breaks == confirmCart {
 		where = `user_id = (SELECT user_id FROM {reservation} WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD')`
 	}
