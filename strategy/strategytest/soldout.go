@@ -145,6 +145,25 @@ func checkAnswersWhenSoldOut(t tester, meta strategy.Meta, db *pgxpool.Pool, rs 
 		xa := strategy.Request{Key: "kit-out-x-a-" + base, User: x.User, SKU: skuA, TTL: time.Hour}
 		if phantomFree {
 			ask(0, fmt.Sprintf("user X asking for the unit of A that node %d's release gave back (no-phantom-sold-out is claimed)", releasing), xa, strategy.OutcomeHeld)
+			if meta.Attach != nil {
+				// The same through another process of the service (Attach):
+				// a memory of "sold out" shared by a process's nodes, and
+				// cleared by that process's own releases, is the same
+				// mistake one level up.
+				ask(0, "a new user asking for A, sold out again", strategy.Request{Key: "kit-out-new-again-" + base, User: "kit-out-user-new-again", SKU: skuA, TTL: time.Hour}, strategy.OutcomeSoldOut)
+				other, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Nodes: nodes, Stock: []strategy.Stock{{SKU: skuA, Total: 2}, {SKU: skuB, Total: 1}}})
+				if err != nil {
+					t.Fatalf("Attach a second process: %v", err)
+				}
+				defer other.Close()
+				if r, ok := other.Node(0).(strategy.Releaser); ok {
+					if units, err := r.Release(ctx, xa.Key); err != nil || units != 1 {
+						t.Fatalf("Release of user X's reservation of A through a second process: %d units, %v; want 1", units, err)
+					}
+					ask(0, "a new user asking for the unit of A that a second process's release gave back (no-phantom-sold-out is claimed)",
+						strategy.Request{Key: "kit-out-after-attach-" + base, User: "kit-out-user-after-attach", SKU: skuA, TTL: time.Hour}, strategy.OutcomeHeld)
+				}
+			}
 		} else {
 			got := 0
 			for i := 0; i < nodes && got == 0; i++ {

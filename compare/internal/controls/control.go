@@ -222,6 +222,12 @@ const (
 	// once (FOR UPDATE SKIP LOCKED), and answers false when another
 	// transaction holds it.
 	confirmSkipLocked
+	// soldOutPerProcess: a deployment (one process of the service)
+	// remembers the SKUs it found sold out and, after looking at the key
+	// and the user, answers SOLD_OUT from that memory until its own
+	// Release or ExpireDue gives a unit back: a unit released through
+	// another process is never sold by this one.
+	soldOutPerProcess
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -613,6 +619,23 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
 	if _, out := n.c.soldOut.Load(req.SKU); out {
+		if n.c.breaks != soldOutPerProcess {
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+		}
+		existing, err := n.c.lookupIn(ctx, n.c.db, req.Key)
+		if err != nil {
+			return strategy.Result{}, err
+		}
+		if existing.Status != strategy.StatusNotFound {
+			return n.c.knownKey(req, existing), nil
+		}
+		var holds bool
+		if err := n.c.db.QueryRow(ctx, n.c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND status IN ('HELD','CONFIRMED'))`), req.SKU, req.User).Scan(&holds); err != nil {
+			return strategy.Result{}, err
+		}
+		if holds {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
 	if _, failed := n.c.failed.Load(req.Key); failed {
@@ -646,7 +669,7 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && n.c.breaks == lockTimeoutSoldOut {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "the row is busy, so it must be gone"
 	}
-	if err == nil && res.Outcome == strategy.OutcomeSoldOut && n.c.breaks == soldOutFirst {
+	if err == nil && res.Outcome == strategy.OutcomeSoldOut && (n.c.breaks == soldOutFirst || n.c.breaks == soldOutPerProcess) {
 		n.c.soldOut.Store(req.SKU, true)
 	}
 	return res, err
