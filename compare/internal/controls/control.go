@@ -228,6 +228,10 @@ const (
 	// Release or ExpireDue gives a unit back: a unit released through
 	// another process is never sold by this one.
 	soldOutPerProcess
+	// schemaWithoutLock: Open creates the schema without the advisory
+	// lock, trusting IF NOT EXISTS: first Opens at once on an empty
+	// database fail on the catalog's unique indexes.
+	schemaWithoutLock
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.

@@ -17,8 +17,10 @@ import (
 // role first, and Open then finds the tables there and writes no DDL, which
 // the runtime role could not.
 func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
-		return err
+	if s.b != schemaWithoutLock {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.name)); err != nil {
+			return err
+		}
 	}
 	var present bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tb.reservation).Scan(&present); err != nil {
