@@ -11,6 +11,13 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
+// sqlWaitingIn counts the backends of database $1 that wait on a lock.
+const sqlWaitingIn = `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'`
+
+// firstOpenHold bounds how long checkConcurrentFirstOpens holds the
+// catalog waiting for every Open to wait behind it.
+const firstOpenHold = 5 * time.Second
+
 // firstOpens is how many deployments checkConcurrentFirstOpens opens at
 // once on an empty database.
 const firstOpens = 6
@@ -56,14 +63,50 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	for _, c := range conns {
 		c.Release()
 	}
+	// The kit holds pg_class in SHARE mode, which every CREATE TABLE's
+	// catalog insert (ROW EXCLUSIVE) waits for, until each Open waits on a
+	// lock (the catalog, or an Open's own lock ahead of it), then lets them
+	// all go at once: Opens that skipped a lock of their own have all
+	// found the schema missing by then, and collide on the catalog
+	// however the machine schedules them (without the hold, a loaded
+	// machine ran them one after another and the mistake went unseen).
+	gate, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin the catalog hold: %v", err)
+	}
+	defer gate.Rollback(context.Background()) //nolint:errcheck // rolled back below on the normal path
+	if _, err := gate.Exec(ctx, "LOCK TABLE pg_catalog.pg_class IN SHARE MODE"); err != nil {
+		t.Fatalf("hold the catalog: %v", err)
+	}
 	errs := make([]error, firstOpens)
-	Together(firstOpens, func(i int) {
-		dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU(fmt.Sprintf("first-open-%d", i)), Total: 1}}})
-		if err == nil {
-			err = dep.Close()
-		}
-		errs[i] = err
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		Together(firstOpens, func(i int) {
+			dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU(fmt.Sprintf("first-open-%d", i)), Total: 1}}})
+			if err == nil {
+				err = dep.Close()
+			}
+			errs[i] = err
+		})
+	}()
+	// An Open that waits where PostgreSQL cannot see it (a mutex of the
+	// process) never shows as waiting: after a bound the hold is let go
+	// anyway, and the Opens are judged all the same.
+	waitCtx, stopWaiting := context.WithTimeout(ctx, firstOpenHold)
+	err = awaitAnswerOr(waitCtx, opened, func() (bool, error) {
+		var waiting int
+		err := admin.QueryRow(waitCtx, sqlWaitingIn, name).Scan(&waiting)
+		return waiting >= firstOpens, err
 	})
+	stopWaiting()
+	if err != nil {
+		t.Logf("not every first Open waited behind the catalog hold within %v (%v): let go anyway", firstOpenHold, err)
+	}
+	if err := gate.Rollback(ctx); err != nil {
+		t.Fatalf("let the catalog go: %v", err)
+	}
+	<-opened
 	var failed []string
 	for i, err := range errs {
 		if err != nil {
