@@ -79,9 +79,9 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 		t.Fatalf("hold the catalog: %v", err)
 	}
 	errs := make([]error, firstOpens)
-	opened := make(chan struct{})
+	opened := make(chan struct{}, 1) // awaitAnswerOr puts back what it reads
 	go func() {
-		defer close(opened)
+		defer func() { opened <- struct{}{} }()
 		Together(firstOpens, func(i int) {
 			dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU(fmt.Sprintf("first-open-%d", i)), Total: 1}}})
 			if err == nil {
