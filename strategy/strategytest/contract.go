@@ -87,6 +87,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",
+			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 	}

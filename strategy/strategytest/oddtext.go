@@ -212,3 +212,76 @@ GROUP BY hashtext(s) HAVING count(*) > 1 LIMIT 2`, base, hashCandidates)
 		}
 	}
 }
+
+// checkJoinedText: keys, users and SKUs are whole values, never parts of a
+// longer text. A strategy that indexes the user's limit on sku || ':' ||
+// user_id refuses user "vip:u" on SKU "S" because user "u" holds SKU
+// "S:vip"; one that keeps keys unique on a prefix (a MySQL-style prefix
+// index, a key column cut at 64 characters) answers a long key with
+// another key's reservation; one that passes the deployment's SKUs to SQL
+// as one comma-separated text cannot find its own SKU "S,red" and finds
+// another deployment's "S". The scenarios' names are short and free of
+// separators, so nothing else meets these.
+func checkJoinedText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := kitSKU("joined")
+	skuA, skuVIP, skuCSV := base, base+":vip", base+",red"
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skuA, Total: 3}, {SKU: skuVIP, Total: 1}, {SKU: skuCSV, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Open with SKUs %q, %q and %q: %v", skuA, skuVIP, skuCSV, err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	// Two keys that share their first 105 bytes, and two users their first
+	// 54, each within the contract's lengths.
+	longKey := "kit-" + base + "-" + strings.Repeat("x", 100-len(base))
+	longUser := "kit-" + strings.Repeat("y", 50)
+	reqs := []struct {
+		what string
+		req  strategy.Request
+	}{
+		{"user u holds SKU S:vip", strategy.Request{Key: "kit-joined-1-" + base, User: "kit-u", SKU: skuVIP}},
+		{"user vip:u asks for SKU S (S + ':' + vip:u is S:vip + ':' + u)", strategy.Request{Key: "kit-joined-2-" + base, User: "vip:kit-u", SKU: skuA}},
+		{"a long key", strategy.Request{Key: longKey + "-1", User: "kit-joined-long-1", SKU: skuA}},
+		{"a long key with the same first 105 bytes", strategy.Request{Key: longKey + "-2", User: "kit-joined-long-2", SKU: skuA}},
+		{"a long user on SKU S,red", strategy.Request{Key: "kit-joined-5-" + base, User: longUser + "-1", SKU: skuCSV}},
+		{"a long user with the same first 54 bytes, on the same SKU", strategy.Request{Key: "kit-joined-6-" + base, User: longUser + "-2", SKU: skuCSV}},
+	}
+	for _, r := range reqs {
+		r.req.TTL = time.Hour
+		res, err := reserveUnlessBusy(ctx, node, r.req)
+		if err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Errorf("%s (key %q, user %q, sku %q): %s, %v; want HELD (keys, users and SKUs are whole values)", r.what, r.req.Key, r.req.User, r.req.SKU, res.Outcome, err)
+			continue
+		}
+		if got, err := node.Lookup(ctx, r.req.Key); err != nil || got.Key != r.req.Key || got.User != r.req.User || got.SKU != r.req.SKU {
+			t.Errorf("Lookup of %s's key %q: %+v, %v; want its own reservation", r.what, r.req.Key, got, err)
+		}
+	}
+	// The SKU with a comma: its reservation is the deployment's to
+	// release, and another deployment's SKU S is not, though it is one
+	// comma-separated part of this one's.
+	other, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: base + "-b", Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open of a second deployment: %v", err)
+	}
+	defer other.Close()
+	if rel, ok := node.(strategy.Releaser); ok {
+		if units, err := rel.Release(ctx, reqs[len(reqs)-1].req.Key); err != nil || units != 1 {
+			t.Errorf("Release of the reservation of SKU %q: %d units, %v; want 1", skuCSV, units, err)
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	got := map[string]bool{}
+	for _, a := range list {
+		got[a.SKU] = true
+	}
+	if len(list) != 3 || !got[skuA] || !got[skuVIP] || !got[skuCSV] {
+		t.Errorf("Audit: %+v; want one row for each of %q, %q and %q", list, skuA, skuVIP, skuCSV)
+	}
+}

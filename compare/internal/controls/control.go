@@ -232,6 +232,15 @@ const (
 	// lock, trusting IF NOT EXISTS: first Opens at once on an empty
 	// database fail on the catalog's unique indexes.
 	schemaWithoutLock
+	// limitByConcat: the one-active-per-user index is on sku || ':' ||
+	// user_id: user "vip:u" on SKU "S" meets user "u" on SKU "S:vip".
+	limitByConcat
+	// keyPrefix64: keys are unique, and looked up, on their first 64
+	// characters (a prefix index).
+	keyPrefix64
+	// skusAsCSV: Release passes the deployment's SKUs to SQL as one
+	// comma-separated text: a SKU with a comma is not found.
+	skusAsCSV
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -536,6 +545,8 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 		where = `lower(request_key) = lower($1)`
 	case keyByHash:
 		where = `hashtext(request_key) = hashtext($1)`
+	case keyPrefix64:
+		where = `left(request_key, 64) = left($1, 64)`
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
@@ -759,6 +770,8 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (sku, request_key)", 1)
 	case keyCaseFolded:
 		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (lower(request_key))", 1)
+	case keyPrefix64:
+		insert = strings.Replace(insert, "ON CONFLICT (request_key)", "ON CONFLICT (left(request_key, 64))", 1)
 	case ttlCapped:
 		insert = strings.Replace(insert, "now() + $4::interval", "now() + least($4::interval, interval '1 hour')", 1)
 	case ttlJustified:
@@ -929,11 +942,16 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		back = `UPDATE {stock} s SET available = s.available + 1 WHERE s.sku = ANY($2) AND EXISTS (SELECT 1 FROM moved) RETURNING 1`
 	}
 	var units int
+	var skus any = n.c.skus
+	inSKUs := `sku = ANY($2)`
+	if n.c.breaks == skusAsCSV {
+		skus, inSKUs = strings.Join(n.c.skus, ","), `sku = ANY(string_to_array($2::text, ','))`
+	}
 	err := n.c.db.QueryRow(ctx, n.c.t.q(`
 		WITH moved AS (
-			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND sku = ANY($2) `+status+` RETURNING sku),
+			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND `+inSKUs+` `+status+` RETURNING sku),
 		back AS (`+back+`)
-		SELECT count(*)::int FROM back`), key, n.c.skus).Scan(&units)
+		SELECT count(*)::int FROM back`), key, skus).Scan(&units)
 	if units > 0 {
 		n.c.soldOut.Clear() // soldOutFirst: a unit came back
 		n.own.Delete(key)   // lookupCachesOwn: forgets only what it moved

@@ -55,6 +55,8 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 		keyIndex = `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (sku, request_key)`
 	case keyCaseFolded:
 		keyIndex = `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (lower(request_key))`
+	case keyPrefix64:
+		keyIndex = `CREATE UNIQUE INDEX {reservation}_key ON {reservation} (left(request_key, 64))`
 	}
 	if keyIndex != "" {
 		if _, err := tx.Exec(ctx, tb.q(keyIndex)); err != nil {
@@ -69,6 +71,8 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (user_id) WHERE status IN ('HELD','CONFIRMED')`
 	case limitCountsEnded:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id)`
+	case limitByConcat:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} ((sku || ':' || user_id)) WHERE status IN ('HELD','CONFIRMED')`
 	case limitHeldOnly:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status = 'HELD'`
 	}
