@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return writeStock(ctx, tx, cfg.Stock, cfg.NodeCount()) }); err != nil {
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return writeStock(ctx, tx, cfg.Stock, cfg.NodeCount(), opts.ZeroShareIsUnset) }); err != nil {
 		return nil, fmt.Errorf("memquota: open: %w", err)
 	}
 	return start(ctx, cfg, opts)
@@ -151,7 +151,9 @@ func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment,
 
 // writeStock inserts the stock rows and the shares in tx. A SKU that exists
 // already fails it, and the caller's transaction rolls everything back.
-func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes int) error {
+//
+// zeroIsUnset is Options.ZeroShareIsUnset's mistake.
+func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes int, zeroIsUnset bool) error {
 	skus := make([]string, len(stock))
 	totals := make([]int32, len(stock))
 	var shareSKUs []string
@@ -161,7 +163,11 @@ func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes in
 		for n := 0; n < nodes; n++ {
 			shareSKUs = append(shareSKUs, s.SKU)
 			shareNodes = append(shareNodes, int32(n))
-			shares = append(shares, int32(s.Share(nodes, n)))
+			share := s.Share(nodes, n)
+			if zeroIsUnset && share == 0 {
+				share = strategy.ShareOf(s.Total, nodes, n)
+			}
+			shares = append(shares, int32(share))
 		}
 	}
 	rows, err := tx.Query(ctx, insertStockSQL, skus, totals, nodes)

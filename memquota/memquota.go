@@ -186,6 +186,10 @@ type Options struct {
 	// alone, not its key and attempt, so a row another attempt of the same
 	// key committed keeps the unit of an insert that wrote nothing.
 	SettleByKey bool
+	// ZeroShareIsUnset is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a node's share of 0 in strategy.Stock.Shares is
+	// read as "not set", and the node gets the even split.
+	ZeroShareIsUnset bool
 }
 
 func (o Options) validate() error {

@@ -85,6 +85,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one ExpireDue moves every due reservation, 1,100 of them at once; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a node whose configured share of a SKU is 0 sells none of it: three nodes with shares [0, 3, 0] sell at most 3",
+			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",

@@ -310,3 +310,41 @@ func reserveUntilAnswered(ctx context.Context, s strategy.Strategy, req strategy
 		erred = erred || err != nil
 	}
 }
+
+// checkZeroShare: a node whose configured share of a SKU is 0
+// (strategy.Stock.Shares) sells none of it, and the deployment sells no
+// more than the SKU's total. A strategy that reads a share of 0 as "not
+// set" gives that node the even split and oversells. Every other
+// deployment of the kit splits its stock evenly or as [5, 15], where no
+// node's share is 0. Three nodes, shares [0, 3, 0]: requests go to every
+// node until each has answered SOLD_OUT.
+func checkZeroShare(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("zero-share")
+	const nodes, total = 3, 3
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: nodes, Stock: []strategy.Stock{{SKU: sku, Total: total, Shares: []int{0, total, 0}}}})
+	if err != nil {
+		t.Fatalf("Open with shares [0, %d, 0]: %v", total, err)
+	}
+	defer dep.Close()
+	held := 0
+	for i := 0; i < 3*total; i++ {
+		req := strategy.Request{Key: fmt.Sprintf("kit-zero-share-%d-%s", i, sku), User: fmt.Sprintf("kit-zero-share-%d", i), SKU: sku, TTL: time.Hour}
+		res, err := reserveUnlessBusy(ctx, dep.Node(i%nodes), req)
+		if err != nil {
+			t.Fatalf("Reserve on node %d: %v", i%nodes, err)
+		}
+		if res.Outcome == strategy.OutcomeHeld {
+			held++
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("Audit: %+v, %v", list, err)
+	}
+	if a := list[0]; held > total || a.Active > total || a.Drift() != 0 {
+		t.Errorf("SKU of %d units with shares [0, %d, 0] on 3 nodes, %d requests on each node: %d HELD, audit %+v; want at most %d (a share of 0 sells nothing)", total, total, total, held, a, total)
+	}
+}

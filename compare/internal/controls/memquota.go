@@ -44,5 +44,9 @@ func memquotaControls() []Control {
 			"ctl-settle-by-key", "memquota-recover with one mistake", "new",
 			"Settle looks for the row of a unit in doubt by its key alone: a request whose client gave up while it waited behind its own twin on another node, which then committed, keeps its unit for ever",
 			expect("deployment-contract", strategy.Conserves)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromConfig, ZeroShareIsUnset: true}),
+			"ctl-zero-share-unset", "strategy C with one mistake", "new",
+			"a node's share of 0 in the config is read as \"not set\" and the node gets the even split: a SKU of 3 with shares [0, 3, 0] sells 5",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }
