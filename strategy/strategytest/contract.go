@@ -83,6 +83,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base},
 		{"an expiry job that waits behind an attempt held open on its SKU, which then commits, moves the due reservation once and reports the one unit it gave back",
 			func(r tester) { checkExpiryBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
+			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one ExpireDue moves every due reservation, 1,100 of them at once; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",

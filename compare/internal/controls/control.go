@@ -246,6 +246,10 @@ const (
 	// retries after 40001, adding each try's moved rows to one count: a
 	// job refused once reports the first try's units too.
 	expireRetryCounts
+	// attachRecounts: Attach "heals" the stock rows, setting available to
+	// total minus the active rows it counted first: behind an attempt in
+	// flight, it writes a count from before that attempt's commit.
+	attachRecounts
 	// ttlJustified: expires_at is now() + justify_hours(ttl): a TTL of 24
 	// hours becomes '1 day', which is 23 or 25 hours across a change to or
 	// from daylight saving time.
@@ -391,6 +395,17 @@ func attach(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployme
 	}
 	if n != len(cfg.Stock) {
 		return nil, fmt.Errorf("%w: attach: %d of %d SKUs have that stock", strategy.ErrConfig, n, len(cfg.Stock))
+	}
+	if s.b == attachRecounts {
+		for _, sku := range cfg.SKUs() {
+			var active int
+			if err := cfg.DB.QueryRow(ctx, tb.q(`SELECT count(*) FROM {reservation} WHERE sku = $1 AND status IN ('HELD','CONFIRMED')`), sku).Scan(&active); err != nil {
+				return nil, err
+			}
+			if _, err := cfg.DB.Exec(ctx, tb.q(`UPDATE {stock} SET available = total - $2 WHERE sku = $1`), sku, active); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return newControl(s, cfg), nil
 }
