@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -42,30 +43,8 @@ func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpoo
 		t.Fatalf("Reserve %q on a fresh SKU of 3: %s, %v; want HELD", first.Key, res.Outcome, err)
 	}
 
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatalf("begin the transaction that holds the rows: %v", err)
-	}
+	tx, holder := holdAllRows(ctx, t, admin)
 	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back below on every path that gets there
-	tables, err := gateTables(ctx, tx)
-	if err != nil {
-		t.Fatalf("list the tables: %v", err)
-	}
-	if len(tables) == 0 {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no row to hold")
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
-		t.Fatalf("lock_timeout: %v", err)
-	}
-	for _, tb := range tables {
-		if _, err := tx.Exec(ctx, "SELECT FROM "+tb+" FOR NO KEY UPDATE"); err != nil {
-			t.Fatalf("hold the rows of %s: %v", tb, err)
-		}
-	}
-	var holder int32
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
-		t.Fatalf("pid: %v", err)
-	}
 
 	req := strategy.Request{Key: "kit-locked-rows-2-" + sku, User: "kit-locked-rows-2", SKU: sku, TTL: time.Hour}
 	var box panicBox
@@ -167,30 +146,8 @@ func checkTransitionsWaitForLockedRows(t tester, meta strategy.Meta, db, admin *
 	// of the strategy's tables, rolls that transaction back once call waits
 	// for it (or has answered), and returns call's answer.
 	behindLockedRows := func(what string, call func() moved) (moved, bool) {
-		tx, err := admin.Begin(ctx)
-		if err != nil {
-			t.Fatalf("begin the transaction that holds the rows: %v", err)
-		}
+		tx, holder := holdAllRows(ctx, t, admin)
 		defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back below on every path that gets there
-		tables, err := gateTables(ctx, tx)
-		if err != nil {
-			t.Fatalf("list the tables: %v", err)
-		}
-		if len(tables) == 0 {
-			t.Skip("the strategy keeps no tables in PostgreSQL: no row to hold")
-		}
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
-			t.Fatalf("lock_timeout: %v", err)
-		}
-		for _, tb := range tables {
-			if _, err := tx.Exec(ctx, "SELECT FROM "+tb+" FOR NO KEY UPDATE"); err != nil {
-				t.Fatalf("hold the rows of %s: %v", tb, err)
-			}
-		}
-		var holder int32
-		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
-			t.Fatalf("pid: %v", err)
-		}
 		done := make(chan moved, 1)
 		go func() { done <- call() }()
 		waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
@@ -223,4 +180,41 @@ func checkTransitionsWaitForLockedRows(t tester, meta strategy.Meta, db, admin *
 			t.Errorf("Release of HELD %s while another transaction held its row, which then rolled back (waited for it: %v): moved %v, %v; want 1 unit, nil (nobody moved the reservation)", key, waited, a.ok, a.err)
 		}
 	}
+}
+
+// holdAllRows begins a transaction on admin that holds every row of the
+// database's strategy tables as an UPDATE in flight holds the rows it
+// changes (FOR NO KEY UPDATE), and returns it with its backend's pid; the
+// caller rolls it back. It skips the check when there is no table.
+func holdAllRows(ctx context.Context, t tester, admin *pgxpool.Pool) (pgx.Tx, int32) {
+	t.Helper()
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin the transaction that holds the rows: %v", err)
+	}
+	tables, err := gateTables(ctx, tx)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("list the tables: %v", err)
+	}
+	if len(tables) == 0 {
+		_ = tx.Rollback(ctx)
+		t.Skip("the strategy keeps no tables in PostgreSQL: no row to hold")
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("lock_timeout: %v", err)
+	}
+	for _, tb := range tables {
+		if _, err := tx.Exec(ctx, "SELECT FROM "+tb+" FOR NO KEY UPDATE"); err != nil {
+			_ = tx.Rollback(ctx)
+			t.Fatalf("hold the rows of %s: %v", tb, err)
+		}
+	}
+	var holder int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("pid: %v", err)
+	}
+	return tx, holder
 }
