@@ -2,10 +2,13 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -37,6 +40,10 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	defer cancel()
 	name := "kit_first_open_" + randomID() // [a-z0-9_]: no quoting needed
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+			t.Skip("the admin role may not create a database (an outside server, RESERVEBENCH_DSN): concurrent first Opens are not checked")
+		}
 		t.Fatalf("create an empty database: %v", err)
 	}
 	defer func() {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
 )
 
 // sqlBlockedPIDs lists the backends waiting for backend $1.
@@ -74,7 +75,7 @@ func checkTwinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 	// client, or still at work under a deadline of the strategy's own (a
 	// batch serving other requests too), in which case it meets the
 	// committed row. Either way it ends its statement.
-	if err := awaitNone(ctx, admin, sqlStillBusy, waiting); err != nil {
+	if err := pgcontrol.WaitNone(ctx, admin, "busy backends of node 0's request", sqlStillBusy, waiting); err != nil {
 		t.Fatalf("node 0's request's backends: %v", err)
 	}
 	// Sell the rest on both nodes, so that any unit kept aside for node 0's
@@ -105,7 +106,7 @@ func checkTwinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 		// see, still be running), and a backend whose client left may be
 		// idle a moment before it exits. Once it is gone, one more request
 		// lets the strategy settle.
-		if err := awaitNone(ctx, admin, goneBackendsSQL, waiting); err != nil {
+		if err := pgcontrol.WaitNone(ctx, admin, "backends of node 0's request", goneBackendsSQL, waiting); err != nil {
 			t.Fatalf("node 0's request's backends, with the audit off by %d: %v", au.Drift(), err)
 		}
 		r := strategy.Request{Key: "kit-twin-settle-" + sku, User: "kit-twin-settle", SKU: sku, TTL: time.Hour}
@@ -125,21 +126,3 @@ func checkTwinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 // sqlStillBusy counts the backends among these pids that are still there
 // and not idle.
 const sqlStillBusy = `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int4[]) AND state IS DISTINCT FROM 'idle'`
-
-// awaitNone polls count (goneBackendsSQL, sqlStillBusy) over pids until
-// it is 0.
-func awaitNone(ctx context.Context, admin *pgxpool.Pool, count string, pids []int32) error {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		var n int
-		if err := admin.QueryRow(ctx, count, pids).Scan(&n); err != nil || n == 0 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d still there: %w", n, len(pids), ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
