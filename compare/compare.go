@@ -50,6 +50,10 @@ type Options struct {
 	// control marks a run of negative controls: their cells take a slot
 	// only when no strategy's cell waits for one (slots.go).
 	control bool
+	// stopOn, for a negative control, is what each scenario must catch:
+	// the scenario ends at its first violation of one of these claims
+	// (strategytest.Env.StopOnViolation).
+	stopOn map[string][]strategy.Claims
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -231,7 +235,8 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	}
 	defer res.Close()
 	env := func(in *strategytest.Scenario) strategytest.Env {
-		return strategytest.Env{Meta: meta, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission}
+		return strategytest.Env{Meta: meta, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission,
+			StopOnViolation: opts.stopOn[in.Name]}
 	}
 	var lane sync.WaitGroup
 	for i, in := range scenarios {

@@ -134,8 +134,10 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 	var wg sync.WaitGroup
 	for i, c := range all {
 		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks, Race: c.Race}
+		stopOn := map[string][]strategy.Claims{}
 		for _, e := range c.Expect {
 			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim})
+			stopOn[e.Scenario] = append(stopOn[e.Scenario], e.Claim)
 		}
 		out[i] = cr
 		var scenarios []*strategytest.Scenario
@@ -147,6 +149,7 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 			defer wg.Done()
 			copts := opts
 			copts.Admission = c.Admission
+			copts.stopOn = stopOn
 			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios), sem)
 			cr.Judge()
 		}()

@@ -65,12 +65,25 @@ func checkConflictCommitsWhileWaiting(t tester, meta strategy.Meta, db, admin *p
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
 	}
-	waited := 0
-	for _, pair := range skus {
-		if conflictWhileWaiting(ctx, t, dep, opener, admin, pair[0], pair[1]) {
+	waited, uBusy := 0, 0
+	for round, pair := range skus {
+		behindU, busy := conflictWhileWaiting(ctx, t, dep, opener, admin, pair[0], pair[1])
+		if behindU {
 			waited++
 		}
+		if busy {
+			uBusy++
+		}
 		if waited == conflictRounds {
+			break
+		}
+		// A strategy that queues a SKU's requests outside PostgreSQL for
+		// a bounded time (redislock: W holds the SKU's Redis lock while
+		// it waits for its key) answers U's attempt BUSY when that bound
+		// passes, in every round: none can have the subject, and each
+		// lasts the bound.
+		if round+1 == idleConflictRounds && uBusy == idleConflictRounds {
+			t.Logf("U's attempt was BUSY in each of %d rounds (it queued behind W outside PostgreSQL): A and B are held to the same answers, without the subject", idleConflictRounds)
 			break
 		}
 	}
@@ -79,17 +92,19 @@ func checkConflictCommitsWhileWaiting(t tester, meta strategy.Meta, db, admin *p
 // conflictRounds is how many rounds of checkConflictCommitsWhileWaiting
 // must have A and B wait behind U's reservation; maxConflictRounds bounds
 // the rounds it runs to get them (a strategy whose requests never wait
-// runs them all).
+// runs them all); idleConflictRounds of U's attempt answered BUSY end
+// them early.
 const (
-	conflictRounds    = 4
-	maxConflictRounds = 12
+	conflictRounds     = 4
+	maxConflictRounds  = 12
+	idleConflictRounds = 3
 )
 
 // conflictWhileWaiting is one round of checkConflictCommitsWhileWaiting on
 // sku (3 units) and other (1 unit, for the attempt that holds W's key). It
-// reports whether the round had its subject: U's attempt held the unit and
-// A or B was seen waiting behind it.
-func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment, opener strategy.SessionOpener, admin *pgxpool.Pool, sku, other string) bool {
+// reports whether the round had its subject (U's attempt held the unit and
+// A or B was seen waiting behind it) and whether U's attempt was BUSY.
+func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment, opener strategy.SessionOpener, admin *pgxpool.Pool, sku, other string) (behindU, uBusy bool) {
 	t.Helper()
 	req := func(name, user, sku string) strategy.Request {
 		return strategy.Request{Key: "kit-conflict-wait-" + name + "-" + sku, User: "kit-conflict-wait-" + user, SKU: sku, TTL: time.Hour}
@@ -139,6 +154,7 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 	// Only an attempt that holds U's reservation is committed.
 	ua := <-u // W may wait for it (hotrow: its foreign key check behind the attempt's row lock)
 	uHeld := ua.err == nil && ua.res.Outcome == strategy.OutcomeHeld
+	uBusy = ua.err == nil && ua.res.Outcome == strategy.OutcomeBusy
 	// A and B (or W) wait behind U's attempt, or have answered.
 	ab := make(chan answer, 1)
 	go func() {
@@ -150,7 +166,6 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 		}
 		ab <- answer{}
 	}()
-	behindU := false
 	if uHeld && len(uPIDs) > 0 {
 		if behindU, err = awaitAnswerOrBlocked(ctx, admin, int32(uPIDs[0]), ab); err != nil {
 			t.Fatalf("A and B behind U's attempt: %v", err)
@@ -188,7 +203,7 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 	}{{"W", wa}, {"U's attempt", ua}, {"A", aa}, {"B", ba}}
 	for _, x := range answers {
 		if x.err != nil {
-			return behindU
+			return behindU, uBusy
 		}
 	}
 	for _, x := range answers {
@@ -197,5 +212,5 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 				x.name, left)
 		}
 	}
-	return behindU
+	return behindU, uBusy
 }

@@ -114,6 +114,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			t.fact("note", "%s", l)
 		}
 		t.check(p.claim, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
+		if t.violated(t.env.StopOnViolation) {
+			break
+		}
 	}
 	return ctx.Err()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,6 +60,13 @@ type Env struct {
 	// kill a resource run on instances nothing else uses: give each
 	// strategy its own.
 	Resources resourcetest.Set
+	// StopOnViolation, when set, ends the scenario once a check of one of
+	// these claims has failed: after that trial, and within the
+	// deployment contract after that part. A negative control needs one
+	// violation of what it breaks to be caught; the trials and parts after
+	// it only spend the run's time (they were a third of go test
+	// ./compare's).
+	StopOnViolation []strategy.Claims
 
 	// lp is how a strategy with Meta.Setup is served (roles.go); nil: RunScenario prepares it.
 	lp *leastPriv
@@ -173,6 +181,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 			return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
 		}
 		trials = append(trials, t)
+		stop := t.violated(env.StopOnViolation)
 		if env.Logf != nil {
 			failed := 0
 			for _, c := range t.checks {
@@ -181,6 +190,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 				}
 			}
 			env.Logf("%-16s %-18s trial %d/%d: %d checks, %d failed (%v)", env.Meta.Name, in.Name, n, reps, len(t.checks), failed, time.Since(start).Round(time.Millisecond))
+		}
+		if stop {
+			break
 		}
 	}
 	aggregate(r, trials)
@@ -403,6 +415,16 @@ func (t *trial) check(claim strategy.Claims, what string, ok bool, detail string
 		o.history = Excerpt(t.hist.Ops(), keys, 40)
 	}
 	t.checks = append(t.checks, o)
+}
+
+// violated reports whether a check of one of claims has failed in the trial.
+func (t *trial) violated(claims []strategy.Claims) bool {
+	for _, c := range t.checks {
+		if !c.ok && slices.Contains(claims, c.claim) {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *trial) audit(ctx context.Context) (map[string]strategy.StockAudit, error) {
