@@ -46,6 +46,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		run   func(tester)
 		claim strategy.Claims // Base: the contract itself
 	}
+	var behind conflictBehind
 	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
@@ -79,6 +80,10 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkTwinUnknown(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
 		{"Confirm and Release of a HELD reservation whose row another transaction holds wait for it, and move the reservation when it rolls back",
 			func(r tester) { checkTransitionsWaitForLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a request that waits behind an attempt held open, which then commits its key (for another SKU, or its twin), its key by another user, or its user's reservation of the SKU, is answered KEY_REUSED, REPLAY or USER_LIMIT",
+			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
+			behind.audit, strategy.Conserves},
 		{"the first Opens on an empty database, six at once, all open",
 			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base},
 		{"an expiry job that waits behind an attempt held open on its SKU, which then commits, moves the due reservation once and reports the one unit it gave back",
