@@ -106,16 +106,22 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := kitSKU("case")
-	skus := []string{base + "-Case", base + "-case"}
+	skus := []string{base + "-Case", base + "-case", base + "-case "}
 	// ASCII letters in both cases (what lower() folds in any locale), a
 	// trailing space, é in both cases, precomposed and combined.
 	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301"}
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skus[0], Total: len(variants)}, {SKU: skus[1], Total: len(variants)}}})
+	var stock []strategy.Stock
+	for _, sku := range skus {
+		stock = append(stock, strategy.Stock{SKU: sku, Total: len(variants)})
+	}
+	stock[0].Total += len(paddings) // checkPaddedKeys's
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	if err != nil {
-		t.Fatalf("Open with SKUs %q and %q (they differ only in case): %v", skus[0], skus[1], err)
+		t.Fatalf("Open with SKUs %q, %q and %q (they differ only in case or a trailing space): %v", skus[0], skus[1], skus[2], err)
 	}
 	defer dep.Close()
 	node := dep.Node(0)
+	checkPaddedKeys(ctx, t, node, skus[0])
 	for si, sku := range skus {
 		for _, v := range variants {
 			req := strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", v, si, base), User: "kit-user-" + v, SKU: sku, TTL: time.Hour}
@@ -136,12 +142,61 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		t.Fatalf("Audit: %v", err)
 	}
 	for _, a := range list {
-		if a.Active != len(variants) || a.Drift() != 0 {
-			t.Errorf("Audit of sku %q: total %d, available %d, active %d; want active %d, drift 0", a.SKU, a.Total, a.Available, a.Active, len(variants))
+		if a.Active != a.Total || a.Drift() != 0 {
+			t.Errorf("Audit of sku %q: total %d, available %d, active %d; want active %d, drift 0", a.SKU, a.Total, a.Available, a.Active, a.Total)
 		}
 	}
 	if len(list) != len(skus) {
 		t.Errorf("Audit: %d rows; want one per SKU (%d)", len(list), len(skus))
+	}
+}
+
+// paddings are what checkPaddedKeys puts around a key: spaces (ASCII,
+// no-break, ideographic) that a trimming function drops at either end.
+var paddings = [][2]string{{"", " "}, {" ", ""}, {"", "\u00a0"}, {"\u3000", ""}}
+
+// checkPaddedKeys: a key with a space before or after it is another key. A
+// strategy that trims keys ("clients and proxies add stray whitespace to
+// Idempotency-Key headers") answers the padded key with the bare one's
+// reservation (KEY_REUSED, REPLAY), finds it by Lookup, and moves it by
+// Release or Confirm. checkDistinctText's keys carry their variants inside.
+// sku has len(paddings) units for the padded keys.
+func checkPaddedKeys(ctx context.Context, t tester, node strategy.Strategy, sku string) {
+	t.Helper()
+	bare := "kit-pad-" + sku
+	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: bare, User: "kit-pad-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve of key %q: %s, %v; want HELD", bare, res.Outcome, err)
+	}
+	// Nothing padded was reserved yet: each is unknown, and moves nothing.
+	for _, p := range paddings {
+		key := p[0] + bare + p[1]
+		if got, err := node.Lookup(ctx, key); err != nil || got.Status != strategy.StatusNotFound {
+			t.Errorf("Lookup of key %q, never reserved (%q is HELD): %+v, %v; want NOT_FOUND", key, bare, got, err)
+		}
+		if c, ok := node.(strategy.Confirmer); ok {
+			if moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired); err != nil || moved {
+				t.Errorf("Confirm of key %q, never reserved (%q is HELD): %v, %v; want false", key, bare, moved, err)
+			}
+		}
+		if r, ok := node.(strategy.Releaser); ok {
+			if n, err := r.Release(ctx, key); err != nil || n != 0 {
+				t.Errorf("Release of key %q, never reserved (%q is HELD): %d, %v; want 0", key, bare, n, err)
+			}
+		}
+	}
+	if got, err := node.Lookup(ctx, bare); err != nil || got.Status != strategy.StatusHeld {
+		t.Errorf("Lookup of key %q after Confirm and Release of padded copies of it: %+v, %v; want HELD", bare, got, err)
+	}
+	for i, p := range paddings[:len(paddings)-1] {
+		key := p[0] + bare + p[1]
+		req := strategy.Request{Key: key, User: fmt.Sprintf("kit-pad-user-%d", i), SKU: sku, TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Errorf("Reserve of key %q (%q is HELD by another user): %s, %v; want HELD", key, bare, res.Outcome, err)
+			continue
+		}
+		if got, err := node.Lookup(ctx, key); err != nil || got.Key != key || got.User != req.User {
+			t.Errorf("Lookup of key %q: %+v, %v; want its own reservation (user %q)", key, got, err, req.User)
+		}
 	}
 }
 
@@ -157,7 +212,8 @@ const hashCandidates = 300_000
 // refuses a user for another's hold; a few hundred keys, as every scenario
 // has, collide once in tens of thousands of runs. Here the database finds
 // two colliding texts of the trial's own (a GROUP BY over generated ones)
-// and they are sent as two keys and as two users.
+// and they are sent as two keys and as two users, and so are the pairs of
+// fixedHashCollisions (CRC-32, FNV, String.hashCode).
 func checkHashCollisions(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -181,27 +237,38 @@ GROUP BY hashtext(s) HAVING count(*) > 1 LIMIT 2`, base, hashCandidates)
 	if err := rows.Err(); err != nil {
 		t.Fatalf("finding texts whose hashtext() collide: %v", err)
 	}
-	if len(pairs) == 0 {
-		t.Skip(fmt.Sprintf("no two of %d texts collide under hashtext() this time", hashCandidates))
+	type collision struct {
+		hash        string
+		keys, users []string
 	}
-	keys, users := pairs[0], pairs[len(pairs)-1]
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: base, Total: 4}}})
+	var collisions []collision
+	if len(pairs) > 0 { // none with probability 3e-5: the fixed pairs below still run
+		collisions = append(collisions, collision{"hashtext()", pairs[0], pairs[len(pairs)-1]})
+	}
+	for _, c := range fixedHashCollisions {
+		collisions = append(collisions, collision{c.hash, []string{c.keys[0] + "-" + base, c.keys[1] + "-" + base}, []string{c.users[0] + "-" + base, c.users[1] + "-" + base}})
+	}
+	var reqs []strategy.Request
+	why := map[string]string{}
+	for i, c := range collisions {
+		for j := range 2 {
+			k := strategy.Request{Key: c.keys[j], User: fmt.Sprintf("kit-hash-user-%d-%d", i, j), SKU: base, TTL: time.Hour}
+			u := strategy.Request{Key: fmt.Sprintf("kit-hash-key-%d-%d-%s", i, j, base), User: c.users[j], SKU: base, TTL: time.Hour}
+			reqs = append(reqs, k, u)
+			why[k.Key] = fmt.Sprintf("keys %q and %q have equal %s", c.keys[0], c.keys[1], c.hash)
+			why[u.Key] = fmt.Sprintf("users %q and %q have equal %s", c.users[0], c.users[1], c.hash)
+		}
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: base, Total: len(reqs)}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer dep.Close()
 	node := dep.Node(0)
-	reqs := []strategy.Request{
-		{Key: keys[0], User: "kit-hash-user-1", SKU: base, TTL: time.Hour},
-		{Key: keys[1], User: "kit-hash-user-2", SKU: base, TTL: time.Hour},
-		{Key: "kit-hash-key-1-" + base, User: users[0], SKU: base, TTL: time.Hour},
-		{Key: "kit-hash-key-2-" + base, User: users[1], SKU: base, TTL: time.Hour},
-	}
 	for _, req := range reqs {
 		res, err := reserveUnlessBusy(ctx, node, req)
 		if err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Errorf("Reserve key %q, user %q (keys %q and %q, and users %q and %q, have equal hashtext()): %s, %v; want HELD",
-				req.Key, req.User, keys[0], keys[1], users[0], users[1], res.Outcome, err)
+			t.Errorf("Reserve key %q, user %q (%s): %s, %v; want HELD", req.Key, req.User, why[req.Key], res.Outcome, err)
 			continue
 		}
 	}
@@ -211,6 +278,23 @@ GROUP BY hashtext(s) HAVING count(*) > 1 LIMIT 2`, base, hashCandidates)
 			t.Errorf("Lookup of key %q: %+v, %v; want its own reservation (user %q)", req.Key, got, err, req.User)
 		}
 	}
+}
+
+// fixedHashCollisions are pairs of keys, and of users, whose 32-bit hashes
+// under functions a Go or SQL author reaches for collide (found by a
+// birthday search). Each function is iterated over the bytes (or UTF-16
+// units) with nothing but the hash as its state, so the pairs, being of
+// one length, still collide with the same suffix appended: the check
+// appends its SKU to make them its own.
+var fixedHashCollisions = []struct {
+	hash        string
+	keys, users [2]string
+}{
+	{"CRC-32 (IEEE)", [2]string{"kit-key-09685295", "kit-key-12060020"}, [2]string{"kit-user-09685295", "kit-user-12060020"}},
+	{"CRC-32C", [2]string{"kit-key-01371838", "kit-key-02000402"}, [2]string{"kit-user-01371838", "kit-user-02000402"}},
+	{"FNV-1 32", [2]string{"kit-key-00179599", "kit-key-00362382"}, [2]string{"kit-user-00174628", "kit-user-01872066"}},
+	{"FNV-1a 32", [2]string{"kit-key-00324246", "kit-key-01065780"}, [2]string{"kit-user-00214246", "kit-user-01155780"}},
+	{"Java's String.hashCode", [2]string{"kit-key-00721006", "kit-key-71000710"}, [2]string{"kit-user-00721006", "kit-user-71000710"}},
 }
 
 // checkJoinedText: keys, users and SKUs are whole values, never parts of a
