@@ -29,6 +29,26 @@ var expiryLadder = []time.Duration{
 // (PostgreSQL's now(), Go's time.Now), read microseconds apart.
 const clockSlack = 100 * time.Millisecond
 
+// earlySlack is the slack of the other direction: a reservation moved (or
+// a payment refused) while its expires_at was ahead of PostgreSQL's clock
+// read after the call returned. Every reading the strategy made came
+// before that one, and from the same clock (the server's now(), or this
+// machine's, which is the server's for the kit's own); a millisecond
+// covers the stamps' rounding to microseconds. A cutoff of now() plus a
+// "skew" of tens of milliseconds is a sign error that clockSlack let by.
+const earlySlack = time.Millisecond
+
+// serverNow reads PostgreSQL's clock (clock_timestamp(), not the
+// transaction's now()).
+func serverNow(ctx context.Context, t tester, db *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		t.Fatalf("reading the server's clock: %v", err)
+	}
+	return now
+}
+
 // holdLadder opens a deployment of its own and holds one reservation per
 // TTL of expiryLadder on node 0, all at once. It returns the deployment
 // (the caller closes it) and the keys, in ladder order. Each reservation's
@@ -104,8 +124,8 @@ func holdTTLs(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Poo
 // once and the job runs once, right after:
 //
 //   - one it expired whose expires_at was still ahead when it returned
-//     (later than the moment the call returned, plus clockSlack) was
-//     expired early;
+//     (later than the server's clock read after the call, plus
+//     earlySlack) was expired early;
 //   - one still HELD whose expires_at had passed before the call began
 //     (by more than clockSlack) was left behind;
 //   - the units it reports are the reservations it moved.
@@ -128,6 +148,7 @@ func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	if err != nil {
 		t.Fatalf("ExpireDue: %v", err)
 	}
+	after := serverNow(ctx, t, db)
 	var early, late []string
 	expired := 0
 	for i, k := range keys {
@@ -135,10 +156,10 @@ func checkExpiryTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		if err != nil {
 			t.Fatalf("Lookup %s: %v", k, err)
 		}
-		switch ahead := r.ExpiresAt.Sub(returned); {
+		switch ahead := r.ExpiresAt.Sub(after); {
 		case r.Status == strategy.StatusExpired:
 			expired++
-			if ahead > clockSlack {
+			if ahead > earlySlack {
 				early = append(early, fmt.Sprintf("TTL %s: expires_at was %s ahead", expiryLadder[i], ahead.Round(time.Millisecond)))
 			}
 		case r.Status == strategy.StatusHeld && r.ExpiresAt.Before(began.Add(-clockSlack)):
@@ -185,13 +206,13 @@ func checkConfirmTiming(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[s
 		}
 		began := time.Now()
 		moved, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
-		returned := time.Now()
 		if err != nil {
 			t.Fatalf("Confirm (TTL %s): %v", expiryLadder[i], err)
 		}
+		after := serverNow(ctx, t, db)
 		switch {
-		case !moved && before.ExpiresAt.Sub(returned) > clockSlack:
-			refused = append(refused, fmt.Sprintf("TTL %s: expires_at was %s ahead", expiryLadder[i], before.ExpiresAt.Sub(returned).Round(time.Millisecond)))
+		case !moved && before.ExpiresAt.Sub(after) > earlySlack:
+			refused = append(refused, fmt.Sprintf("TTL %s: expires_at was %s ahead", expiryLadder[i], before.ExpiresAt.Sub(after).Round(time.Microsecond)))
 		case moved && began.Sub(before.ExpiresAt) > clockSlack:
 			late = append(late, fmt.Sprintf("TTL %s: expires_at had passed %s before", expiryLadder[i], began.Sub(before.ExpiresAt).Round(time.Millisecond)))
 		}

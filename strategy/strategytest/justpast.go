@@ -68,7 +68,8 @@ func checkJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strate
 // checkExpiryJustPast: the expiry job runs every justPastStep from before
 // the reservations fall due until each has moved; a run that began more
 // than clockSlack after a reservation's expires_at must have moved it, and
-// none may move one whose expires_at was still ahead when it returned.
+// none may move one whose expires_at was still ahead (by earlySlack) of the
+// server's clock read when it returned.
 func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -91,10 +92,10 @@ func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[
 		<-tick.C
 		began := time.Now()
 		units, err := expirer.ExpireDue(ctx)
-		returned := time.Now()
 		if err != nil {
 			t.Fatalf("ExpireDue: %v", err)
 		}
+		returned := serverNow(ctx, t, db)
 		now := 0
 		for i, k := range keys {
 			if moved[k] {
@@ -108,8 +109,8 @@ func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[
 			case r.Status == strategy.StatusExpired:
 				moved[k] = true
 				now++
-				if ahead := expires[i].Sub(returned); ahead > clockSlack {
-					t.Errorf("it expired %s while its expires_at was %s ahead", k, ahead.Round(time.Millisecond))
+				if ahead := expires[i].Sub(returned); ahead > earlySlack {
+					t.Errorf("it expired %s while its expires_at was %s ahead of the server's clock read after it returned", k, ahead.Round(time.Microsecond))
 				}
 			case r.Status != strategy.StatusHeld:
 				t.Fatalf("%s: status %s after ExpireDue; want HELD or EXPIRED", k, r.Status)
@@ -130,7 +131,8 @@ func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[
 // checkConfirmJustPast: reservations that fall due together are confirmed
 // one by one, every justPastStep, from before expires_at to after it; a
 // confirm that began more than clockSlack after expires_at must refuse, one
-// that returned more than clockSlack before it must move the row.
+// that returned more than earlySlack before it (the server's clock) must
+// move the row.
 func checkConfirmJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -160,15 +162,15 @@ func checkConfirmJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 		}
 		began := time.Now()
 		ok, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
-		returned := time.Now()
 		if err != nil {
 			t.Fatalf("Confirm %s: %v", k, err)
 		}
+		returned := serverNow(ctx, t, db)
 		switch {
 		case ok && began.Sub(expires[i]) > clockSlack:
 			late = append(late, fmt.Sprintf("%s, %s after its expires_at", k, began.Sub(expires[i]).Round(time.Millisecond)))
-		case !ok && expires[i].Sub(returned) > clockSlack:
-			refused = append(refused, fmt.Sprintf("%s, %s before its expires_at", k, expires[i].Sub(returned).Round(time.Millisecond)))
+		case !ok && expires[i].Sub(returned) > earlySlack:
+			refused = append(refused, fmt.Sprintf("%s, %s before its expires_at", k, expires[i].Sub(returned).Round(time.Microsecond)))
 		}
 	}
 	if len(late) > 0 {
