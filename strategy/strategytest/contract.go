@@ -84,6 +84,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
 			behind.audit, strategy.Conserves},
+		{"a Lookup, Confirm or Release that waits behind tables another transaction has locked until its caller gives up returns an error, not NOT_FOUND, false or 0",
+			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"the first Opens on an empty database, six at once, all open",
 			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base},
 		{"an expiry job that waits behind an attempt held open on its SKU, which then commits, moves the due reservation once and reports the one unit it gave back",
