@@ -100,6 +100,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"a SKU of 70,000 units (more than 16 bits count) opens, sells a unit and takes it back, counted exactly",
 			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"32 requests at once for the last unit of a SKU, counted in a node's memory, get it once, 2,000 times over",
+			func(r tester) { checkLastUnitRace(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"stock split evenly over 3, 4 or 5 nodes gives each node its strategy.ShareOf and sells at most the total",
 			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"keys, users and SKUs that differ only in case, a trailing space or Unicode normal form are different",
