@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return writeStock(ctx, tx, cfg.Stock, cfg.NodeCount(), opts.ZeroShareIsUnset) }); err != nil {
+	if err := schema.Load(ctx, cfg, func(tx pgx.Tx) error { return writeStock(ctx, tx, cfg.Stock, cfg.NodeCount(), opts) }); err != nil {
 		return nil, fmt.Errorf("memquota: open: %w", err)
 	}
 	return start(ctx, cfg, opts)
@@ -152,8 +152,8 @@ func start(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment,
 // writeStock inserts the stock rows and the shares in tx. A SKU that exists
 // already fails it, and the caller's transaction rolls everything back.
 //
-// zeroIsUnset is Options.ZeroShareIsUnset's mistake.
-func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes int, zeroIsUnset bool) error {
+// opts carries the mistakes ZeroShareIsUnset and CeilShare.
+func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes int, opts Options) error {
 	skus := make([]string, len(stock))
 	totals := make([]int32, len(stock))
 	var shareSKUs []string
@@ -164,8 +164,15 @@ func writeStock(ctx context.Context, tx pgx.Tx, stock []strategy.Stock, nodes in
 			shareSKUs = append(shareSKUs, s.SKU)
 			shareNodes = append(shareNodes, int32(n))
 			share := s.Share(nodes, n)
-			if zeroIsUnset && share == 0 {
+			if opts.ZeroShareIsUnset && share == 0 {
 				share = strategy.ShareOf(s.Total, nodes, n)
+			}
+			if opts.CeilShare && s.Shares == nil {
+				ceil := (s.Total + nodes - 1) / nodes
+				share = ceil
+				if n == nodes-1 {
+					share = max(0, s.Total-(nodes-1)*ceil)
+				}
 			}
 			shares = append(shares, int32(share))
 		}
@@ -220,7 +227,7 @@ func (d *Deployment) start(ctx context.Context, i int, restart bool) (*node, err
 		if err := rows.Scan(&sku, &share, &active); err != nil {
 			return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
 		}
-		c := &counter{}
+		c := &counter{checkThenTake: d.opts.CheckThenTake}
 		avail := int64(share)
 		if d.opts.Restart == FromLog {
 			if restart && d.opts.RecountEvenShare {

@@ -190,6 +190,16 @@ type Options struct {
 	// of table 28-1 only: a node's share of 0 in strategy.Stock.Shares is
 	// read as "not set", and the node gets the even split.
 	ZeroShareIsUnset bool
+	// CeilShare is a deliberate mistake, for the negative controls of
+	// table 28-1 only: the even split gives each node but the last
+	// ceil(total/nodes) units and the last the rest, which on 3 or more
+	// nodes adds up to more than the total.
+	CeilShare bool
+	// CheckThenTake is a deliberate mistake, for the negative controls of
+	// table 28-1 only: the counter checks that a unit is left, then takes
+	// it, in two atomic steps instead of one compare-and-swap, so two
+	// requests can both take the last unit.
+	CheckThenTake bool
 }
 
 func (o Options) validate() error {

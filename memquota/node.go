@@ -19,10 +19,20 @@ import (
 
 // counter is one node's in-memory count of the units of one SKU it may still
 // hand out. It is lock-free: a CAS loop that never goes below zero.
-type counter struct{ n atomic.Int64 }
+type counter struct {
+	n             atomic.Int64
+	checkThenTake bool // Options.CheckThenTake's mistake
+}
 
 // take removes one unit and reports whether there was one.
 func (c *counter) take() bool {
+	if c.checkThenTake {
+		if c.n.Load() <= 0 {
+			return false
+		}
+		c.n.Add(-1)
+		return true
+	}
 	for {
 		v := c.n.Load()
 		if v <= 0 {

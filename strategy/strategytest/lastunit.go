@@ -3,7 +3,9 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,13 +13,16 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// lastUnitRounds and lastUnitRacers size checkLastUnitRace: a counter
-// that checks, then decrements (two atomic steps, not one) sold the last
-// unit twice in 74 of 20,000 rounds of 32 racers on this 2-core machine,
-// and about a hundred times less often with 8. At that rate 2,000 rounds
-// miss it with probability 6e-4 (e^-7.4), in about 2.5 s.
+// lastUnitRounds and lastUnitRacers size the second part of
+// checkLastUnitRace, whole requests: a counter that checks, then
+// decrements (two atomic steps, not one) sold the last unit twice in 1 to
+// 3 of 2,000 rounds of 32 racers on a 2-core machine, where the pool's
+// hand-out spaces the racers apart. The first part, requests that die
+// mid-reserve and so race in memory alone, met it 1,100 to 1,700 times
+// in 20,000 SKUs (200 to 600 with three busy loops beside it), and keeps
+// 5,000; this part keeps the whole reserve path in the race.
 const (
-	lastUnitRounds = 2000
+	lastUnitRounds = 1000
 	lastUnitRacers = 32
 )
 
@@ -26,8 +31,10 @@ const (
 // (strategy.ReserveCrasher), the unit is decided by a counter in the
 // process, in nanoseconds, where no database serialises the racers; the
 // scenarios cross the last unit of a counter a few times a run, so a race
-// there is seldom met. Here each of lastUnitRounds SKUs of one unit gets
-// lastUnitRacers requests on one node, released together.
+// there is seldom met. Here requests that die mid-reserve race for each of
+// lastUnitCrashSKUs units (checkLastUnitCrashes), then
+// each of lastUnitRounds SKUs of one unit gets lastUnitRacers requests on
+// one node, released together.
 func checkLastUnitRace(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -45,6 +52,7 @@ func checkLastUnitRace(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	if _, inMemory := dep.(strategy.ReserveCrasher); !inMemory {
 		t.Skip("the stock is not counted in a node process's memory (strategy.ReserveCrasher): the database serialises the last unit, as every scenario shows")
 	}
+	checkLastUnitCrashes(ctx, t, meta, db, rs)
 	node := dep.Node(0)
 	var twice []string
 	for _, st := range stock {
@@ -92,5 +100,79 @@ func checkLastUnitRace(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		if a.Active > a.Total {
 			t.Errorf("Audit of %s: %d active of %d", a.SKU, a.Active, a.Total)
 		}
+	}
+}
+
+// lastUnitCrashSKUs sizes the first part of checkLastUnitRace: requests
+// that die between the counter and the database (strategy.ReserveCrasher)
+// touch only the node's memory, so thousands of last units are raced in
+// well under a second.
+const lastUnitCrashSKUs = 5_000
+
+// checkLastUnitCrashes: one racer per processor (GOMAXPROCS, at least 2)
+// sends a request that dies mid-reserve (CrashMidReserve) for each of
+// lastUnitCrashSKUs SKUs of one unit, all of them for one SKU at a time.
+// At most one can take the unit: the audit may show it lost (the crash's
+// drift) but never a count below zero, a unit taken twice.
+//
+// The racers spin between SKUs instead of waiting on a channel: woken
+// through the scheduler, they reach the counter one after another, and a
+// check-then-take counter sold the last unit twice in 66 to 283 of 20,000
+// SKUs with the machine idle and in none of them with both cores busy;
+// spinning, both are on a processor when the next SKU is let go.
+func checkLastUnitCrashes(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	base := kitSKU("last-crash")
+	stock := make([]strategy.Stock, lastUnitCrashSKUs)
+	for i := range stock {
+		stock[i] = strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 1}
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	crasher := dep.(strategy.ReserveCrasher)
+	racers := max(2, runtime.GOMAXPROCS(0))
+	var (
+		box   panicBox
+		next  atomic.Int64 // the SKU let go
+		ended atomic.Int64 // racers done with it
+		wg    sync.WaitGroup
+	)
+	for r := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer box.catch()
+			for i, st := range stock {
+				for spins := 0; next.Load() < int64(i); spins++ {
+					if spins%1024 == 1023 {
+						runtime.Gosched() // a racer whose processor was taken away
+					}
+				}
+				req := strategy.Request{Key: fmt.Sprintf("kit-crash-%d-%s", r, st.SKU), User: fmt.Sprintf("kit-crash-%d", r), SKU: st.SKU, TTL: time.Hour}
+				_ = crasher.CrashMidReserve(ctx, 0, req) // an error either way: the request died, or found no unit
+				if ended.Add(1) == int64(racers*(i+1)) {
+					next.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	box.rethrow()
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	var twice []string
+	for _, a := range list {
+		if a.Available < 0 {
+			twice = append(twice, fmt.Sprintf("%s: available %d", a.SKU, a.Available))
+		}
+	}
+	if len(twice) > 0 {
+		t.Errorf("%d requests that died mid-reserve at once for each of %d SKUs of one unit: the count went below zero (the unit taken twice) for %d of them (%v)",
+			racers, lastUnitCrashSKUs, len(twice), twice[:min(len(twice), 5)])
 	}
 }

@@ -282,6 +282,18 @@ const (
 	// expiresWithoutZone: expires_at is a timestamp without time zone: the
 	// session's wall clock, read back as if it were UTC.
 	expiresWithoutZone
+	// keyTrimmed: keys are looked up with their spaces trimmed ("proxies
+	// pad Idempotency-Key headers"): " K" reads K's reservation.
+	keyTrimmed
+	// expireSkew: the expiry job's cutoff is now() plus 50 ms, a "clock
+	// skew allowance" with the wrong sign.
+	expireSkew
+	// stockSmallint: the stock's counters are smallint ("a SKU is one
+	// show's seats"): a SKU of more than 32,767 units cannot be opened.
+	stockSmallint
+	// lookupErrorNotFound: Lookup answers NOT_FOUND when its read fails
+	// ("clients poll until their reservation shows up").
+	lookupErrorNotFound
 )
 
 //go:embed schema.sql
@@ -547,6 +559,9 @@ func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, er
 		return r.(strategy.Reservation), nil
 	}
 	r, err := n.c.lookupIn(ctx, n.c.db, key)
+	if err != nil && n.c.breaks == lookupErrorNotFound {
+		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+	}
 	if err == nil && n.c.breaks == lookupOwnSKUs && r.Status != strategy.StatusNotFound && !n.c.owns(r.SKU) {
 		return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 	}
@@ -567,6 +582,8 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 		where = `hashtext(request_key) = hashtext($1)`
 	case keyPrefix64:
 		where = `left(request_key, 64) = left($1, 64)`
+	case keyTrimmed:
+		where = `btrim(request_key) = btrim($1)`
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
@@ -1053,6 +1070,8 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	switch c.breaks {
 	case expireEarly:
 		due = `now() + interval '2 seconds'`
+	case expireSkew:
+		due = `now() + interval '50 milliseconds'`
 	case expireLag:
 		due = `now() - interval '500 milliseconds'`
 	}

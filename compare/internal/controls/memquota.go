@@ -48,5 +48,13 @@ func memquotaControls() []Control {
 			"ctl-zero-share-unset", "strategy C with one mistake", "new",
 			"a node's share of 0 in the config is read as \"not set\" and the node gets the even split: a SKU of 3 with shares [0, 3, 0] sells 5",
 			expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromConfig, CeilShare: true}),
+			"ctl-ceil-share", "strategy C with one mistake", "new",
+			"the even split gives each node but the last ceil(total/nodes) units and the last the rest: one unit on 3 nodes sells 2",
+			expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(memquota.New(memquota.Options{Restart: memquota.FromConfig, CheckThenTake: true}),
+			"ctl-check-then-take", "strategy C with one mistake", "new",
+			"a node's counter checks that a unit is left, then takes it, in two atomic steps: two requests at once can both take the last unit",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }

@@ -42,6 +42,11 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 			return err
 		}
 	}
+	if s.b == stockSmallint {
+		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {stock} ALTER COLUMN total TYPE smallint, ALTER COLUMN available TYPE smallint`)); err != nil {
+			return err
+		}
+	}
 	if s.b == keyColumnNarrow {
 		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {reservation} ALTER COLUMN request_key TYPE varchar(64)`)); err != nil {
 			return err
