@@ -100,7 +100,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"a SKU of 70,000 units (more than 16 bits count) opens, sells a unit and takes it back, counted exactly",
 			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base},
-		{"requests at once for the last unit of a SKU counted in a node's memory get it once: one that dies mid-reserve per processor, until 2,000 SKUs were raced for within 500 ns, and 32 whole ones, for each of 1,000",
+		{"requests at once for the last unit of a SKU counted in a node's memory get it once: one that dies mid-reserve per processor, until 2,000 SKUs were raced for within 500 ns, and 32 whole ones, for each of 300",
 			func(r tester) { checkLastUnitRace(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
 		{"stock split evenly over 3, 4 or 5 nodes gives each node its strategy.ShareOf and sells at most the total",
 			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
