@@ -40,15 +40,7 @@ func checkLastUnitRace(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	base := kitSKU("last-unit")
-	stock := make([]strategy.Stock, lastUnitRounds)
-	for i := range stock {
-		stock[i] = strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 1}
-	}
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, stock := openOneUnitSKUs(ctx, t, meta, db, rs, "last-unit", lastUnitRounds)
 	defer dep.Close()
 	if _, inMemory := dep.(strategy.ReserveCrasher); !inMemory {
 		t.Skip("the stock is not counted in a node process's memory (strategy.ReserveCrasher): the database serialises the last unit, as every scenario shows")
@@ -155,15 +147,7 @@ func checkLastUnitCrashes(ctx context.Context, t tester, meta strategy.Meta, db 
 // its own and returns how many were contested and those taken twice.
 func lastUnitCrashBatch(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) (int, []string) {
 	t.Helper()
-	base := kitSKU("last-crash")
-	stock := make([]strategy.Stock, lastUnitCrashSKUs)
-	for i := range stock {
-		stock[i] = strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 1}
-	}
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, stock := openOneUnitSKUs(ctx, t, meta, db, rs, "last-crash", lastUnitCrashSKUs)
 	defer dep.Close()
 	crasher := dep.(strategy.ReserveCrasher)
 	racers := max(2, runtime.GOMAXPROCS(0))
@@ -223,4 +207,20 @@ func lastUnitCrashBatch(ctx context.Context, t tester, meta strategy.Meta, db *p
 		}
 	}
 	return contested, twice
+}
+
+// openOneUnitSKUs opens a deployment of its own with n SKUs of one unit;
+// the caller closes it.
+func openOneUnitSKUs(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string, n int) (strategy.Deployment, []strategy.Stock) {
+	t.Helper()
+	base := kitSKU(prefix)
+	stock := make([]strategy.Stock, n)
+	for i := range stock {
+		stock[i] = strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 1}
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open of %d SKUs of one unit: %v", n, err)
+	}
+	return dep, stock
 }
