@@ -90,6 +90,15 @@ func NewHistory() *History { return &History{start: time.Now()} }
 // with times the strategy reports (ExpiresAt).
 func (h *History) Wall(d time.Duration) time.Time { return h.start.Add(d) }
 
+// WallStep is how far the wall clock has been stepped since the history
+// began (by NTP, or a virtual machine's clock catching up): offsets are
+// monotonic, while PostgreSQL stamps the wall clock, so a reported time
+// can be off from Wall by this much.
+func (h *History) WallStep() time.Duration {
+	now := time.Now()
+	return now.Round(0).Sub(h.start.Round(0)) - now.Sub(h.start)
+}
+
 // Begin notes the invocation time of an operation; pass it to End.
 func (h *History) Begin() time.Duration { return time.Since(h.start) }
 
