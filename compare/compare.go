@@ -330,7 +330,15 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 // owner role, which could not grant on tables the cost run had created
 // first, and the scenarios running in the lanes meanwhile must not add to
 // the commands its Redis counts.
-func costOnItsOwn(ctx context.Context, opts Options, meta strategy.Meta) *Cost {
+func costOnItsOwn(ctx context.Context, opts Options, meta strategy.Meta) (c *Cost) {
+	// The strategy's code runs here outside any scenario: a panic in it
+	// must cost its cost column, not the table (the scenarios then report
+	// it where it happens).
+	defer func() {
+		if p := recover(); p != nil {
+			c = &Cost{Unmeasured: fmt.Sprintf("the strategy panicked: %v", p)}
+		}
+	}()
 	db, admin, done, err := opts.Database(ctx, meta.Name+"-cost")
 	if err != nil {
 		return &Cost{Unmeasured: "database: " + err.Error()}
@@ -341,7 +349,7 @@ func costOnItsOwn(ctx context.Context, opts Options, meta strategy.Meta) *Cost {
 		return &Cost{Unmeasured: "resources: " + err.Error()}
 	}
 	defer res.Close()
-	c, err := measureCost(ctx, meta, db, admin, res)
+	c, err = measureCost(ctx, meta, db, admin, res)
 	if err != nil {
 		return &Cost{Unmeasured: err.Error()}
 	}

@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -103,6 +104,9 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 	dep, err := meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 2 * costReservations}}, Resources: res.Addrs()})
 	if err != nil {
 		return nil, fmt.Errorf("cost: open: %w", err)
+	}
+	if dep == nil {
+		return nil, errors.New("cost: open returned no deployment and no error")
 	}
 	defer dep.Close()
 	node := dep.Node(0)

@@ -14,9 +14,12 @@ import (
 	"github.com/reservebench/reservebench/strategy/strategytest"
 )
 
-// TestErrorsAreVerdicts: a strategy whose setup fails, or that panics, is
-// an ERROR in the scenarios it could not run; the other strategies' cells
-// are still run, and the report's violations name the broken one.
+// TestErrorsAreVerdicts: a strategy whose setup fails, that panics, or
+// whose Open returns neither a deployment nor an error, is an ERROR in the
+// scenarios it could not run and has no cost (the cost run, outside any
+// scenario, once took the whole table down with a nil deployment); the
+// other strategies' cells are still run, and the report's violations name
+// the broken one.
 func TestErrorsAreVerdicts(t *testing.T) {
 	broken := func(name string, open func(context.Context, strategy.Config) (strategy.Deployment, error)) strategy.Meta {
 		return strategy.Meta{Name: name, Description: "broken on purpose", Claims: strategy.NoOversell, Open: open}
@@ -26,6 +29,7 @@ func TestErrorsAreVerdicts(t *testing.T) {
 			return nil, errors.New("the schema cannot be created")
 		}),
 		broken("panics", func(context.Context, strategy.Config) (strategy.Deployment, error) { panic("boom") }),
+		broken("opens-nothing", func(context.Context, strategy.Config) (strategy.Deployment, error) { return nil, nil }),
 		broken("panics-in-reserve", func(_ context.Context, cfg strategy.Config) (strategy.Deployment, error) {
 			return panicking{cfg}, nil
 		}),
@@ -49,11 +53,15 @@ func TestErrorsAreVerdicts(t *testing.T) {
 			d := pgtest.NewDatabaseOn(t, srv)
 			return d.Pool(t, 8), d.AdminPool(t, 2), func() {}, nil
 		},
+		Cost: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range rep.Strategies {
+		if broken := s.Meta.Description == "broken on purpose" && s.Meta.Name != "panics-in-restart"; broken && (s.Cost == nil || s.Cost.Unmeasured == "") {
+			t.Errorf("%s has a cost: %+v", s.Meta.Name, s.Cost)
+		}
 		for _, r := range s.Results {
 			got, want := r.Verdict(), strategytest.Errored
 			switch {
@@ -68,7 +76,7 @@ func TestErrorsAreVerdicts(t *testing.T) {
 		}
 	}
 	all := strings.Join(rep.Violations(), "\n")
-	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom",
+	for _, want := range []string{"ERROR: strategy setup-fails, scenario bad-input", "the schema cannot be created", "ERROR: strategy panics", "panic: boom", "ERROR: strategy opens-nothing",
 		"ERROR: strategy panics-in-reserve, scenario contention", "reserve panics (in a concurrent call)",
 		"ERROR: strategy panics-in-restart, scenario restart-in-flight", "restart panics (in a concurrent call)"} {
 		if !strings.Contains(all, want) {
