@@ -94,7 +94,7 @@ func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 }
 
 // checkDistinctText: texts that differ only in letter case, in a trailing
-// space or in Unicode normal form are different keys, users and SKUs, as
+// space, in Unicode normal form or in width are different keys, users and SKUs, as
 // the contract compares them (byte for byte). A strategy that folds case
 // (a unique index on lower(key)), trims, or normalizes answers the second
 // of such keys REPLAY or KEY_REUSED, refuses the second such user
@@ -109,25 +109,27 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	skus := []string{base + "-Case", base + "-case", base + "-case "}
 	// ASCII letters in both cases (what lower() folds in any locale), a
 	// trailing space, é in both cases, precomposed and combined.
-	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301"}
+	// And the full-width form of one of them (users: checkLookalikeKeys
+	// has the keys).
+	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301", fullWidth("order-a")}
 	var stock []strategy.Stock
 	for _, sku := range skus {
 		stock = append(stock, strategy.Stock{SKU: sku, Total: len(variants)})
 	}
-	stock[0].Total += len(paddings) // checkPaddedKeys's
+	stock[0].Total += len(lookalikes) // checkLookalikeKeys's
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	if err != nil {
 		t.Fatalf("Open with SKUs %q, %q and %q (they differ only in case or a trailing space): %v", skus[0], skus[1], skus[2], err)
 	}
 	defer dep.Close()
 	node := dep.Node(0)
-	checkPaddedKeys(ctx, t, node, skus[0])
+	checkLookalikeKeys(ctx, t, node, skus[0])
 	for si, sku := range skus {
 		for _, v := range variants {
 			req := strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", v, si, base), User: "kit-user-" + v, SKU: sku, TTL: time.Hour}
 			res, err := reserveUnlessBusy(ctx, node, req)
 			if err != nil || res.Outcome != strategy.OutcomeHeld {
-				t.Errorf("Reserve key %q, user %q, sku %q (keys, users and SKUs that differ only in case, a trailing space or normal form are different): %s, %v; want HELD",
+				t.Errorf("Reserve key %q, user %q, sku %q (keys, users and SKUs that differ only in case, a trailing space, normal form or width are different): %s, %v; want HELD",
 					req.Key, req.User, req.SKU, res.Outcome, err)
 				continue
 			}
@@ -151,47 +153,75 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	}
 }
 
-// paddings are what checkPaddedKeys puts around a key: spaces (ASCII,
-// no-break, ideographic) that a trimming function drops at either end.
-var paddings = [][2]string{{"", " "}, {" ", ""}, {"", "\u00a0"}, {"\u3000", ""}}
+// lookalikes are the copies of a key that checkLookalikeKeys sends: the
+// key with a space before or after it (ASCII, no-break, ideographic), which
+// a trimming function drops, and the key in full-width forms, with a
+// ligature, or with an enclosed or superscript digit, which Unicode
+// compatibility folding (NFKC, NFKD, width folding for an IME's input)
+// maps back to the key.
+var lookalikes = []struct {
+	name string
+	of   func(string) string
+}{
+	{"a trailing space", func(k string) string { return k + " " }},
+	{"a leading space", func(k string) string { return " " + k }},
+	{"a trailing no-break space", func(k string) string { return k + "\u00a0" }},
+	{"full-width forms", fullWidth},
+	{"the ligature ﬁ", func(k string) string { return strings.Replace(k, "fi", "\ufb01", 1) }},
+	{"an enclosed digit", func(k string) string { return strings.Replace(k, "-1-", "-\u2460-", 1) }},
+	{"a superscript digit", func(k string) string { return strings.Replace(k, "-1-", "-\u00b9-", 1) }},
+	{"a leading ideographic space", func(k string) string { return "\u3000" + k }},
+}
 
-// checkPaddedKeys: a key with a space before or after it is another key. A
+// fullWidth maps printable ASCII to its full-width form (U+FF01 to U+FF5E).
+func fullWidth(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '!' && r <= '~' {
+			return r - '!' + '\uff01'
+		}
+		return r
+	}, s)
+}
+
+// checkLookalikeKeys: a key that looks like another, or that trimming or
+// Unicode compatibility folding would turn into it, is another key. A
 // strategy that trims keys ("clients and proxies add stray whitespace to
-// Idempotency-Key headers") answers the padded key with the bare one's
-// reservation (KEY_REUSED, REPLAY), finds it by Lookup, and moves it by
-// Release or Confirm. checkDistinctText's keys carry their variants inside.
-// sku has len(paddings) units for the padded keys.
-func checkPaddedKeys(ctx context.Context, t tester, node strategy.Strategy, sku string) {
+// Idempotency-Key headers") or folds them ("the IME types order numbers
+// full-width") answers the lookalike with the bare key's reservation
+// (KEY_REUSED, REPLAY), finds it by Lookup, and moves it by Release or
+// Confirm. checkDistinctText's keys carry their variants inside. sku has
+// len(lookalikes) units for the lookalike keys.
+func checkLookalikeKeys(ctx context.Context, t tester, node strategy.Strategy, sku string) {
 	t.Helper()
-	bare := "kit-pad-" + sku
+	bare := "kit-fi-1-" + sku
 	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: bare, User: "kit-pad-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Reserve of key %q: %s, %v; want HELD", bare, res.Outcome, err)
 	}
-	// Nothing padded was reserved yet: each is unknown, and moves nothing.
-	for _, p := range paddings {
-		key := p[0] + bare + p[1]
+	// Nothing lookalike was reserved yet: each is unknown, and moves nothing.
+	for _, l := range lookalikes {
+		key := l.of(bare)
 		if got, err := node.Lookup(ctx, key); err != nil || got.Status != strategy.StatusNotFound {
-			t.Errorf("Lookup of key %q, never reserved (%q is HELD): %+v, %v; want NOT_FOUND", key, bare, got, err)
+			t.Errorf("Lookup of key %q (%q with %s), never reserved (%q is HELD): %+v, %v; want NOT_FOUND", key, bare, l.name, bare, got, err)
 		}
 		if c, ok := node.(strategy.Confirmer); ok {
 			if moved, err := c.Confirm(ctx, key, strategy.ConfirmUntilExpired); err != nil || moved {
-				t.Errorf("Confirm of key %q, never reserved (%q is HELD): %v, %v; want false", key, bare, moved, err)
+				t.Errorf("Confirm of key %q (%q with %s), never reserved (%q is HELD): %v, %v; want false", key, bare, l.name, bare, moved, err)
 			}
 		}
 		if r, ok := node.(strategy.Releaser); ok {
 			if n, err := r.Release(ctx, key); err != nil || n != 0 {
-				t.Errorf("Release of key %q, never reserved (%q is HELD): %d, %v; want 0", key, bare, n, err)
+				t.Errorf("Release of key %q (%q with %s), never reserved (%q is HELD): %d, %v; want 0", key, bare, l.name, bare, n, err)
 			}
 		}
 	}
 	if got, err := node.Lookup(ctx, bare); err != nil || got.Status != strategy.StatusHeld {
-		t.Errorf("Lookup of key %q after Confirm and Release of padded copies of it: %+v, %v; want HELD", bare, got, err)
+		t.Errorf("Lookup of key %q after Confirm and Release of lookalikes of it: %+v, %v; want HELD", bare, got, err)
 	}
-	for i, p := range paddings[:len(paddings)-1] {
-		key := p[0] + bare + p[1]
+	for i, l := range lookalikes[:len(lookalikes)-1] {
+		key := l.of(bare)
 		req := strategy.Request{Key: key, User: fmt.Sprintf("kit-pad-user-%d", i), SKU: sku, TTL: time.Hour}
 		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Errorf("Reserve of key %q (%q is HELD by another user): %s, %v; want HELD", key, bare, res.Outcome, err)
+			t.Errorf("Reserve of key %q (%q with %s; %q is HELD by another user): %s, %v; want HELD", key, bare, l.name, bare, res.Outcome, err)
 			continue
 		}
 		if got, err := node.Lookup(ctx, key); err != nil || got.Key != key || got.User != req.User {

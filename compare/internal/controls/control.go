@@ -285,6 +285,15 @@ const (
 	// keyTrimmed: keys are looked up with their spaces trimmed ("proxies
 	// pad Idempotency-Key headers"): " K" reads K's reservation.
 	keyTrimmed
+	// keyFolded: keys are looked up in Unicode compatibility form (NFKC,
+	// "the IME types order numbers full-width"): a key never reserved, K in
+	// full-width forms, reads K's reservation.
+	keyFolded
+	// releaseRefusedZero: Release runs at REPEATABLE READ ("one snapshot for
+	// the row and its unit") and answers 0 when refused with 40001 ("another
+	// transition moved it first"), also when the conflict was a reserve of
+	// another key on the stock row.
+	releaseRefusedZero
 	// expireSkew: the expiry job's cutoff is now() plus 50 ms, a "clock
 	// skew allowance" with the wrong sign.
 	expireSkew
@@ -589,6 +598,8 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 		where = `left(request_key, 64) = left($1, 64)`
 	case keyTrimmed:
 		where = `btrim(request_key) = btrim($1)`
+	case keyFolded:
+		where = `normalize(request_key, NFKC) = normalize($1, NFKC)`
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
@@ -991,11 +1002,23 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if n.c.breaks == skusAsCSV {
 		skus, inSKUs = strings.Join(n.c.skus, ","), `sku = ANY(string_to_array($2::text, ','))`
 	}
-	err := n.c.db.QueryRow(ctx, n.c.t.q(`
+	release := n.c.t.q(`
 		WITH moved AS (
-			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND `+inSKUs+` `+status+` RETURNING sku),
-		back AS (`+back+`)
-		SELECT count(*)::int FROM back`), key, skus).Scan(&units)
+			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND ` + inSKUs + ` ` + status + ` RETURNING sku),
+		back AS (` + back + `)
+		SELECT count(*)::int FROM back`)
+	var err error
+	if n.c.breaks == releaseRefusedZero {
+		err = pgx.BeginTxFunc(ctx, n.c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, release, key, skus).Scan(&units)
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+			return 0, nil
+		}
+	} else {
+		err = n.c.db.QueryRow(ctx, release, key, skus).Scan(&units)
+	}
 	if err != nil && n.c.breaks == releaseErrorZero {
 		return 0, nil
 	}
