@@ -73,6 +73,17 @@ type Options struct {
 	// Cost measures each strategy's cost per successful reservation
 	// (measureCost) before its scenarios.
 	Cost bool
+	// ScenarioTimeout bounds one cell; zero is ScenarioTimeout. A strategy
+	// whose cell runs into it is not run in its remaining scenarios.
+	ScenarioTimeout time.Duration
+}
+
+// scenarioTimeout is the bound of one cell.
+func (o Options) scenarioTimeout() time.Duration {
+	if o.ScenarioTimeout > 0 {
+		return o.ScenarioTimeout
+	}
+	return ScenarioTimeout
 }
 
 // Report is the outcome of a run.
@@ -291,7 +302,7 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	for _, i := range order {
 		in := scenarios[i]
 		if hung != "" {
-			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s did not return and was abandoned", hung))
+			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s ran into its %v deadline, and a strategy that hung once is not waited for again", hung, opts.scenarioTimeout()))
 			continue
 		}
 		pool := sem.pool(in)
@@ -313,7 +324,10 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		e.DB, e.Admin = db, admin
 		r, abandoned := runScenarioBounded(ctx, opts, e, in)
 		pool.release()
-		if abandoned {
+		// A cell that ran into its deadline hung, or nearly: the strategy's
+		// other scenarios would each wait it out as well (a deadlock that
+		// heeds its context), and the table with them.
+		if abandoned || r.Elapsed >= opts.scenarioTimeout() {
 			hung = in.Name
 		}
 		sr.Results[i] = r
@@ -375,13 +389,13 @@ func runScenarioBounded(ctx context.Context, opts Options, env strategytest.Env,
 	}
 	res := make(chan *strategytest.Result, 1)
 	go func() { res <- runScenario(ctx, opts, env, in) }()
-	timer := time.NewTimer(ScenarioTimeout + abandonGrace)
+	timer := time.NewTimer(opts.scenarioTimeout() + abandonGrace)
 	defer timer.Stop()
 	select {
 	case r := <-res:
 		return r, false
 	case <-timer.C:
-		return errored(env.Meta, in, fmt.Errorf("did not return within %v of its %v deadline; abandoned", abandonGrace, ScenarioTimeout)), true
+		return errored(env.Meta, in, fmt.Errorf("did not return within %v of its %v deadline; abandoned", abandonGrace, opts.scenarioTimeout())), true
 	}
 }
 
@@ -397,7 +411,7 @@ func runScenario(ctx context.Context, opts Options, env strategytest.Env, in *st
 			r.Elapsed = time.Since(start)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, ScenarioTimeout)
+	ctx, cancel := context.WithTimeout(ctx, opts.scenarioTimeout())
 	defer cancel()
 	var err error
 	if in.ExclusiveServer {
@@ -407,7 +421,7 @@ func runScenario(ctx context.Context, opts Options, env strategytest.Env, in *st
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (timeout %v)", err, ScenarioTimeout)
+			err = fmt.Errorf("%w (timeout %v)", err, opts.scenarioTimeout())
 		}
 		return errored(env.Meta, in, err)
 	}

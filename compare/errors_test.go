@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -120,3 +121,67 @@ func (p panicking) Lookup(_ context.Context, key string) (strategy.Reservation, 
 type restartPanics struct{ strategy.Deployment }
 
 func (restartPanics) Restart(context.Context, int) error { panic("restart panics") }
+
+// TestHangIsNotWaitedForAgain: a strategy whose every call waits until its
+// caller gives up runs into the deadline of the first scenario it is run
+// in, and is not run in the others: the table waits for a hang once, not
+// once a scenario (a hidden deadlock would otherwise hold the table for
+// ScenarioTimeout times the scenarios).
+func TestHangIsNotWaitedForAgain(t *testing.T) {
+	const timeout = 3 * time.Second
+	hang := strategy.Meta{Name: "hangs", Description: "broken on purpose", Claims: strategy.NoOversell,
+		Open: func(_ context.Context, cfg strategy.Config) (strategy.Deployment, error) { return hanging{cfg}, nil }}
+	srv := pgtest.Shared(t)
+	names := []string{"sell-out", "contention", "user-limit"}
+	var scenarios []*strategytest.Scenario
+	for _, n := range names {
+		scenarios = append(scenarios, strategytest.MustScenario(n))
+	}
+	rep, err := compare.Run(context.Background(), compare.Options{
+		Strategies: []strategy.Meta{hang},
+		Scenarios:  scenarios,
+		Database: func(ctx context.Context, name string) (*pgxpool.Pool, *pgxpool.Pool, func(), error) {
+			d := pgtest.NewDatabaseOn(t, srv)
+			return d.Pool(t, 8), d.AdminPool(t, 2), func() {}, nil
+		},
+		ScenarioTimeout: timeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, skipped := 0, 0
+	for _, r := range rep.Strategies[0].Results {
+		if r.Verdict() != strategytest.Errored {
+			t.Errorf("%s: verdict %s, want ERROR", r.Scenario, r.Verdict())
+		}
+		switch {
+		case strings.Contains(r.Error, "timeout "+timeout.String()):
+			ran++
+		case strings.Contains(r.Error, "a strategy that hung once is not waited for again"):
+			skipped++
+		default:
+			t.Errorf("%s: %s; want the deadline, or not run after it", r.Scenario, r.Error)
+		}
+	}
+	if ran != 1 || skipped != len(names)-1 {
+		t.Errorf("%d scenarios ran into the deadline and %d were not run; want 1 and %d", ran, skipped, len(names)-1)
+	}
+}
+
+// hanging is a deployment whose every call waits until its context ends.
+type hanging struct{ cfg strategy.Config }
+
+func (h hanging) Node(i int) strategy.Strategy { strategy.CheckNode(i, h.cfg.NodeCount()); return h }
+func (h hanging) Close() error                 { return nil }
+func (h hanging) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (h hanging) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
+	<-ctx.Done()
+	return strategy.Result{}, ctx.Err()
+}
+func (h hanging) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
+	<-ctx.Done()
+	return strategy.Reservation{}, ctx.Err()
+}
