@@ -110,6 +110,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
+		// Last: the sequences stay where it moved them.
+		{"on tables whose ids have passed the 4-byte bound (every sequence moved there, as a long-lived table would be), a SKU sells out, refuses what it must, and its transitions move and give back",
+			func(r tester) { checkIdsPastInt4(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 	}
 	// Only for a strategy that claims it: one that does not waits here by
 	// design, as the phantom scenario shows.

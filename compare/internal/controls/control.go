@@ -294,6 +294,10 @@ const (
 	// transition moved it first"), also when the conflict was a reserve of
 	// another key on the stock row.
 	releaseRefusedZero
+	// idInt4: the reservation id is int4 ("no sale has two billion
+	// reservations"), fed by a bigint sequence: past 2^31, every Reserve
+	// fails.
+	idInt4
 	// expireSkew: the expiry job's cutoff is now() plus 50 ms, a "clock
 	// skew allowance" with the wrong sign.
 	expireSkew

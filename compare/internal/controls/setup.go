@@ -47,6 +47,11 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 			return err
 		}
 	}
+	if s.b == idInt4 {
+		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {reservation} ALTER COLUMN reservation_id TYPE int`)); err != nil {
+			return err
+		}
+	}
 	if s.b == keyColumnNarrow {
 		if _, err := tx.Exec(ctx, tb.q(`ALTER TABLE {reservation} ALTER COLUMN request_key TYPE varchar(64)`)); err != nil {
 			return err
