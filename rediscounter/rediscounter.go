@@ -91,6 +91,10 @@ const (
 	// instead of the key's, so a release sent again after the same user
 	// reserved the SKU anew gives the new reservation's unit back.
 	GiveBackByUser
+	// KeysExpire: every take sets a TTL of a week on the SKU's keys ("keys
+	// of SKUs nobody sells any more fill Redis"): a SKU sold out and paid
+	// for sits quiet, its counter expires, and it is loaded again whole.
+	KeysExpire
 )
 
 func (o Options) keep() Keep {

@@ -181,6 +181,13 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 func (d *Deployment) take(ctx context.Context, req strategy.Request, i int) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		got, err := takeScript.Run(ctx, d.rdb, keys(req.SKU), req.Key, req.User, i).Int64()
+		if err == nil && got == takeTaken && d.mistake == KeysExpire {
+			for _, k := range keys(req.SKU) {
+				if err := d.rdb.PExpire(ctx, k, 7*24*time.Hour).Err(); err != nil {
+					return got, err
+				}
+			}
+		}
 		if err != nil || got != takeNotLoaded {
 			return got, err
 		}

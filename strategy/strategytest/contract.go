@@ -47,6 +47,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		claim strategy.Claims // Base: the contract itself
 	}
 	var behind conflictBehind
+	var jump redisJump
 	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
@@ -108,6 +109,13 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
+			func(r tester) {
+				jump.run(r, t.env.Meta, t.env.DB, rs)
+				jump.judge(r, jump.oversold, "sold again after the jump")
+			}, strategy.NoOversell},
+		{"after the clock of the strategy's Redis jumps past every TTL, a due hold released (or expired) gives its unit back: every unit is in a reservation or available",
+			func(r tester) { jump.judge(r, jump.unconserved, "a unit lost after the jump") }, strategy.Conserves},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		// Last: the sequences stay where it moved them.

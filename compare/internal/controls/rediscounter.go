@@ -33,5 +33,9 @@ func counterMistakes() []Control {
 			"ctl-counter-give-back-by-user", "rediscounter with one mistake", "seed 002",
 			"the give-back script asks whether the user still holds a unit instead of whether the key does: a release sent again after its user reserved anew gives the new reservation's unit back",
 			join(expect("release-replay", strategy.ReturnOnce), expect("expiry-replay", strategy.ReturnOnce))),
+		fromStrategy(rediscounter.New(rediscounter.Options{Mistake: rediscounter.KeysExpire}),
+			"ctl-counter-keys-expire", "rediscounter with one mistake", "seed 002",
+			"every take sets a TTL of a week on the SKU's keys (\"keys of SKUs nobody sells any more fill Redis\"): a SKU sold out and paid for sits quiet, its counter expires while Redis runs, and its whole stock is loaded and sold again",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }
