@@ -95,6 +95,10 @@ const (
 	// of SKUs nobody sells any more fill Redis"): a SKU sold out and paid
 	// for sits quiet, its counter expires, and it is loaded again whole.
 	KeysExpire
+	// OpenKeepsCounter: Open loads a SKU's counter only where Redis has
+	// none ("a second app server must not reset the stock the first is
+	// selling from"): a database made again meets its earlier life's count.
+	OpenKeepsCounter
 )
 
 func (o Options) keep() Keep {
@@ -196,7 +200,7 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 	}
 	d := newDeployment(cfg, opts, rdb)
 	for _, s := range cfg.Stock {
-		if err := d.load(ctx, s.SKU, true, ""); err != nil {
+		if err := d.load(ctx, s.SKU, d.mistake != OpenKeepsCounter, ""); err != nil {
 			_ = rdb.Close()
 			return nil, fmt.Errorf("%s: open: %w", Name, err)
 		}

@@ -48,6 +48,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	}
 	var behind conflictBehind
 	var jump redisJump
+	var fresh freshDatabase
 	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
@@ -116,6 +117,13 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			}, strategy.NoOversell},
 		{"after the clock of the strategy's Redis jumps past every TTL, a due hold released (or expired) gives its unit back: every unit is in a reservation or available",
 			func(r tester) { jump.judge(r, jump.unconserved, "a unit lost after the jump") }, strategy.Conserves},
+		{"a SKU opened in a fresh database on the same resources (Redis) as an earlier one sells what the new stock says, not the earlier count: no more",
+			func(r tester) {
+				fresh.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs)
+				fresh.judge(r, fresh.oversold, "the earlier database's count sold")
+			}, strategy.NoOversell},
+		{"a SKU opened in a fresh database on the same resources as an earlier one sells its whole new stock: every unit is in a reservation or available",
+			func(r tester) { fresh.judge(r, fresh.unconserved, "the earlier database's count kept") }, strategy.Conserves},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		// Last: the sequences stay where it moved them.

@@ -37,5 +37,9 @@ func counterMistakes() []Control {
 			"ctl-counter-keys-expire", "rediscounter with one mistake", "seed 002",
 			"every take sets a TTL of a week on the SKU's keys (\"keys of SKUs nobody sells any more fill Redis\"): a SKU sold out and paid for sits quiet, its counter expires while Redis runs, and its whole stock is loaded and sold again",
 			expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(rediscounter.New(rediscounter.Options{Mistake: rediscounter.OpenKeepsCounter}),
+			"ctl-counter-open-keeps", "rediscounter with one mistake", "seed 002",
+			"Open loads a SKU's counter only where Redis has none (\"a second app server must not reset the stock the first is selling from\"): a database made again on the same Redis sells its SKUs from the earlier life's count",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }
