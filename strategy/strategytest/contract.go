@@ -96,7 +96,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
-		{"one ExpireDue moves every due reservation, 1,100 of them at once; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
+		{"one ExpireDue moves every due reservation, 1,400 of them at once over 304 SKUs; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a node whose configured share of a SKU is 0 sells none of it: three nodes with shares [0, 3, 0] sell at most 3",
 			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},

@@ -121,14 +121,20 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 
 // dueAtOnce is how many reservations checkExpireAllDue makes due at once:
 // more than the batch sizes a job that works in batches would pick (100,
-// 500, 1000).
-const dueAtOnce = 1100
+// 500, 1000), over more SKUs (dueOneUnitSKUs of them with one unit) than a
+// job that bounds the SKUs of a run would take (16, 32, 64, 256).
+const (
+	dueAtOnce      = 1400
+	dueOneUnitSKUs = 300
+)
 
 // checkExpireAllDue: one ExpireDue moves every due HELD reservation of the
-// deployment, however many there are. A job that moves a batch (LIMIT 1000)
-// and returns leaves the rest HELD past their expires_at, holding units
-// nobody can buy, until a later run that the contract does not promise; no
-// scenario has more than a few hundred reservations due at once.
+// deployment, however many there are and over however many SKUs. A job
+// that moves a batch (LIMIT 1000), or the due rows of a bounded number of
+// SKUs ("a run locks no more than 32 stock rows"), and returns leaves the
+// rest HELD past their expires_at, holding units nobody can buy, until a
+// later run that the contract does not promise; no scenario has more than
+// a few hundred reservations due at once, over a few SKUs.
 //
 // Most of them are on one SKU (1,004 of its 1,004 units), and a strategy
 // that claims to survive restarts restarts node 0 before the job runs: a
@@ -139,7 +145,10 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	counts := []int{dueAtOnce - 3*32, 32, 32, 32} // per SKU, summing to dueAtOnce
+	counts := []int{dueAtOnce - 3*32 - dueOneUnitSKUs, 32, 32, 32} // per SKU, summing to dueAtOnce
+	for range dueOneUnitSKUs {
+		counts = append(counts, 1)
+	}
 	base := kitSKU("due-all")
 	var stock []strategy.Stock
 	var skuOf []string // the SKU of each reservation

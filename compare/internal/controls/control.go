@@ -298,6 +298,9 @@ const (
 	// reservations"), fed by a bigint sequence: past 2^31, every Reserve
 	// fails.
 	idInt4
+	// expireSomeSKUs: a run of the expiry job moves the due rows of at most
+	// 32 SKUs ("a run locks no more than 32 stock rows").
+	expireSomeSKUs
 	// expireSkew: the expiry job's cutoff is now() plus 50 ms, a "clock
 	// skew allowance" with the wrong sign.
 	expireSkew
@@ -1115,6 +1118,9 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	batch := ""
 	if c.breaks == expireWindow {
 		batch = ` AND expires_at > now() - interval '6 hours'`
+	}
+	if c.breaks == expireSomeSKUs {
+		batch = ` AND sku = ANY(ARRAY(SELECT DISTINCT sku FROM {reservation} WHERE ` + scope + ` AND status IN (` + statuses + `) AND expires_at < ` + due + ` ORDER BY sku LIMIT 32))`
 	}
 	if c.breaks == expireInBatches {
 		batch = ` AND reservation_id IN (SELECT reservation_id FROM {reservation} WHERE ` + scope + ` AND status IN (` + statuses + `) AND expires_at < ` + due + ` ORDER BY expires_at LIMIT 1000)`
