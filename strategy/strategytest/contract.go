@@ -124,6 +124,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			}, strategy.NoOversell},
 		{"a SKU opened in a fresh database on the same resources as an earlier one sells its whole new stock: every unit is in a reservation or available",
 			func(r tester) { fresh.judge(r, fresh.unconserved, "the earlier database's count kept") }, strategy.Conserves},
+		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
+			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		// Last: the sequences stay where it moved them.

@@ -301,6 +301,10 @@ const (
 	// expireSomeSKUs: a run of the expiry job moves the due rows of at most
 	// 32 SKUs ("a run locks no more than 32 stock rows").
 	expireSomeSKUs
+	// auditTwoReads: Audit reads the stock and the active reservations in
+	// two statements ("one GROUP BY is cheaper for the dashboard"): two
+	// snapshots.
+	auditTwoReads
 	// expireSkew: the expiry job's cutoff is now() plus 50 ms, a "clock
 	// skew allowance" with the wrong sign.
 	expireSkew
@@ -527,6 +531,9 @@ func (c *control) Close() error {
 }
 
 func (c *control) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
+	if c.breaks == auditTwoReads {
+		return c.auditInTwoReads(ctx)
+	}
 	rows, err := c.db.Query(ctx, c.t.q(`
 		SELECT s.sku, s.total, s.available,
 		       (SELECT count(*) FROM {reservation} r WHERE r.sku = s.sku AND r.status IN ('HELD','CONFIRMED'))
@@ -539,6 +546,37 @@ func (c *control) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 		err := r.Scan(&a.SKU, &a.Total, &a.Available, &a.Active)
 		return a, err
 	})
+}
+
+// auditInTwoReads is auditTwoReads's Audit: the stock, then the active
+// reservations, in two statements (two snapshots).
+func (c *control) auditInTwoReads(ctx context.Context) ([]strategy.StockAudit, error) {
+	rows, err := c.db.Query(ctx, c.t.q(`SELECT sku, total, available FROM {stock} WHERE sku = ANY($1) ORDER BY sku`), c.skus)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (strategy.StockAudit, error) {
+		var a strategy.StockAudit
+		err := r.Scan(&a.SKU, &a.Total, &a.Available)
+		return a, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]int{}
+	rows, err = c.db.Query(ctx, c.t.q(`SELECT sku, count(*)::int FROM {reservation} WHERE sku = ANY($1) AND status IN ('HELD','CONFIRMED') GROUP BY sku`), c.skus)
+	if err != nil {
+		return nil, err
+	}
+	var sku string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&sku, &n}, func() error { active[sku] = n; return nil }); err != nil {
+		return nil, err
+	}
+	for i := range list {
+		list[i].Active = active[list[i].SKU]
+	}
+	return list, nil
 }
 
 func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
