@@ -99,6 +99,10 @@ const (
 	// none ("a second app server must not reset the stock the first is
 	// selling from"): a database made again meets its earlier life's count.
 	OpenKeepsCounter
+	// SKUNameCut: the SKU in the keys' names is cut to 40 bytes ("key
+	// names are capped at 64 bytes"): two SKUs that share their first 40
+	// bytes share one counter.
+	SKUNameCut
 )
 
 func (o Options) keep() Keep {
@@ -283,6 +287,15 @@ var (
 
 // keys are the Redis keys of a SKU: stock, key markers, user markers, the
 // node of each key marker.
+// keys are the deployment's names of sku's keys: keys(sku), but for
+// Mistake SKUNameCut.
+func (d *Deployment) keys(sku string) []string {
+	if d.mistake == SKUNameCut && len(sku) > 40 {
+		sku = sku[:40]
+	}
+	return keys(sku)
+}
+
 func keys(sku string) []string {
 	p := "reservebench:rediscounter:{" + sku + "}:"
 	return []string{p + "stock", p + "keys", p + "users", p + "nodes"}

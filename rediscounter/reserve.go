@@ -180,9 +180,9 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 // take runs takeScript for node i, loading a missing counter once.
 func (d *Deployment) take(ctx context.Context, req strategy.Request, i int) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		got, err := takeScript.Run(ctx, d.rdb, keys(req.SKU), req.Key, req.User, i).Int64()
+		got, err := takeScript.Run(ctx, d.rdb, d.keys(req.SKU), req.Key, req.User, i).Int64()
 		if err == nil && got == takeTaken && d.mistake == KeysExpire {
-			for _, k := range keys(req.SKU) {
+			for _, k := range d.keys(req.SKU) {
 				if err := d.rdb.PExpire(ctx, k, 7*24*time.Hour).Err(); err != nil {
 					return got, err
 				}
@@ -232,7 +232,7 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool, node stri
 		f = "1"
 	}
 	args := append([]any{f, strconv.Itoa(units), node}, pairs...)
-	if err := loadScript.Run(ctx, d.rdb, keys(sku), args...).Err(); err != nil {
+	if err := loadScript.Run(ctx, d.rdb, d.keys(sku), args...).Err(); err != nil {
 		return fmt.Errorf("load counter of %q: %w", sku, err)
 	}
 	return nil

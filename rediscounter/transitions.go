@@ -74,7 +74,7 @@ func (d *Deployment) giveBack(ctx context.Context, rows []returned) (int, error)
 	}
 	n := 0
 	for _, r := range rows {
-		got, err := script.Run(ctx, d.rdb, keys(r.sku), r.key, r.user).Int()
+		got, err := script.Run(ctx, d.rdb, d.keys(r.sku), r.key, r.user).Int()
 		if err != nil {
 			return n, fmt.Errorf("give back %q: %w", r.key, err)
 		}
@@ -191,7 +191,7 @@ func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 // shows what the strategy will count as free.
 func (d *Deployment) counter(ctx context.Context, sku string) (int, error) {
 	for attempt := 0; ; attempt++ {
-		v, err := d.rdb.Get(ctx, keys(sku)[0]).Int()
+		v, err := d.rdb.Get(ctx, d.keys(sku)[0]).Int()
 		if err == nil || !errors.Is(err, redis.Nil) || attempt > 0 {
 			if err != nil {
 				return 0, fmt.Errorf("counter of %q: %w", sku, err)

@@ -126,6 +126,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { fresh.judge(r, fresh.unconserved, "the earlier database's count kept") }, strategy.Conserves},
 		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
 			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"two SKUs are two stocks however alike their names: SKUs whose CRC-32, CRC-32C, FNV or String.hashCode are equal, and two of the longest length that differ in the last byte, each sell exactly their own total",
+			func(r tester) { checkSKUsApart(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		// Last: the sequences stay where it moved them.

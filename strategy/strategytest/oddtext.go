@@ -399,3 +399,73 @@ func checkJoinedText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 		t.Errorf("Audit: %+v; want one row for each of %q, %q and %q", list, skuA, skuVIP, skuCSV)
 	}
 }
+
+// checkSKUsApart: two SKUs are two stocks, however alike their names. A
+// strategy that names a SKU's state outside its row by a hash of the name
+// ("a safe, fixed-length Redis key"), or by the name cut to a length ("key
+// names are capped at 64 bytes"), gives two SKUs one counter: the one
+// opened last sets it, and they sell from it together, the smaller past its
+// total. The scenarios' SKUs differ early in short names, and the hash
+// pairs of checkHashCollisions are keys and users. Here one deployment
+// opens, in pairs, SKUs whose CRC-32, CRC-32C, FNV-1, FNV-1a or
+// String.hashCode are equal, and two SKUs of the longest length allowed
+// that differ only in the last byte, the first of each pair with 1 unit
+// and the second with 3; four users ask for each: exactly its total is
+// HELD, and each audit balances with every unit active.
+func checkSKUsApart(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := kitSKU("apart")
+	type pair struct {
+		why  string
+		skus [2]string
+	}
+	var pairs []pair
+	for _, c := range fixedHashCollisions {
+		pairs = append(pairs, pair{"equal " + c.hash, [2]string{c.keys[0] + "-" + base, c.keys[1] + "-" + base}})
+	}
+	long := fill(base+"-long-", strategy.MaxSKULen-1)
+	pairs = append(pairs, pair{"the longest allowed, differing only in the last byte", [2]string{long + "a", long + "b"}})
+	totals := [2]int{1, 3}
+	var stock []strategy.Stock
+	for _, p := range pairs {
+		for j, sku := range p.skus {
+			stock = append(stock, strategy.Stock{SKU: sku, Total: totals[j]})
+		}
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open of SKUs in pairs (%s, ...): %v", pairs[0].why, err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	const asks = 4
+	for i, p := range pairs {
+		for j, sku := range p.skus {
+			held := 0
+			for u := range asks {
+				req := strategy.Request{Key: fmt.Sprintf("kit-apart-%d-%d-%d-%s", i, j, u, base), User: fmt.Sprintf("kit-apart-%d", u), SKU: sku, TTL: time.Hour}
+				res, err := reserveUnlessBusy(ctx, node, req)
+				if err != nil {
+					t.Fatalf("Reserve %q: %v", req.Key, err)
+				}
+				if res.Outcome == strategy.OutcomeHeld {
+					held++
+				}
+			}
+			if held != totals[j] {
+				t.Errorf("SKU %q of %d units (its pair %q has %d; %s): %d of %d requests HELD; want %d", sku, totals[j], p.skus[1-j], totals[1-j], p.why, held, asks, totals[j])
+			}
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, a := range list {
+		if a.Active != a.Total || a.Available != 0 || a.Drift() != 0 {
+			t.Errorf("Audit of SKU %q: total %d, available %d, active %d; want every unit active", a.SKU, a.Total, a.Available, a.Active)
+		}
+	}
+}
