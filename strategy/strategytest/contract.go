@@ -113,17 +113,21 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, rs)
-				jump.judge(r, jump.oversold, "sold again after the jump")
+				jump.judge(r, jump.oversold, "sold again after the jump", "the jump of Redis's clock did not run")
 			}, strategy.NoOversell},
 		{"after the clock of the strategy's Redis jumps past every TTL, a due hold released (or expired) gives its unit back: every unit is in a reservation or available",
-			func(r tester) { jump.judge(r, jump.unconserved, "a unit lost after the jump") }, strategy.Conserves},
+			func(r tester) {
+				jump.judge(r, jump.unconserved, "a unit lost after the jump", "the jump of Redis's clock did not run")
+			}, strategy.Conserves},
 		{"a SKU opened in a fresh database on the same resources (Redis) as an earlier one sells what the new stock says, not the earlier count: no more",
 			func(r tester) {
 				fresh.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs)
-				fresh.judge(r, fresh.oversold, "the earlier database's count sold")
+				fresh.judge(r, fresh.oversold, "the earlier database's count sold", "the fresh database on the same resources was not checked")
 			}, strategy.NoOversell},
 		{"a SKU opened in a fresh database on the same resources as an earlier one sells its whole new stock: every unit is in a reservation or available",
-			func(r tester) { fresh.judge(r, fresh.unconserved, "the earlier database's count kept") }, strategy.Conserves},
+			func(r tester) {
+				fresh.judge(r, fresh.unconserved, "the earlier database's count kept", "the fresh database on the same resources was not checked")
+			}, strategy.Conserves},
 		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
 			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"two SKUs are two stocks however alike their names: SKUs whose CRC-32, CRC-32C, FNV or String.hashCode are equal, and two of the longest length that differ in the last byte, each sell exactly their own total",

@@ -2,13 +2,10 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -38,21 +35,9 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := "kit_first_open_" + randomID() // [a-z0-9_]: no quoting needed
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
-			t.Skip("the admin role may not create a database (an outside server, RESERVEBENCH_DSN): concurrent first Opens are not checked")
-		}
-		t.Fatalf("create an empty database: %v", err)
-	}
-	defer func() {
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop the empty database %s: %v", name, err)
-		}
-	}()
-	cfg := admin.Config().Copy()
-	cfg.ConnConfig.Database = name
+	cfg, drop := emptyDatabase(ctx, t, admin, "kit_first_open", "concurrent first Opens are")
+	defer drop()
+	name := cfg.ConnConfig.Database
 	cfg.MaxConns = 2 * firstOpens
 	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

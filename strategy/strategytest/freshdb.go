@@ -2,13 +2,9 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -26,10 +22,7 @@ import (
 // trial's database is opened again, with 1 unit, in a fresh database on
 // the same resources: it must sell 1; and a SKU of 1 unit sold out there,
 // opened with 3 units, must sell 3.
-type freshDatabase struct {
-	ran                   bool
-	oversold, unconserved []string
-}
+type freshDatabase struct{ twoClaims }
 
 func (f *freshDatabase) run(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
@@ -71,21 +64,8 @@ func (f *freshDatabase) run(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 		t.Fatalf("Close: %v", err)
 	}
 
-	name := "kit_fresh_" + randomID()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
-			t.Skip("the admin role may not create a database (an outside server, RESERVEBENCH_DSN): a fresh database is not checked")
-		}
-		t.Fatalf("create a fresh database: %v", err)
-	}
-	defer func() {
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop the fresh database %s: %v", name, err)
-		}
-	}()
-	cfg := admin.Config().Copy()
-	cfg.ConnConfig.Database = name
+	cfg, drop := emptyDatabase(ctx, t, admin, "kit_fresh", "a fresh database on the same resources is")
+	defer drop()
 	fresh, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("connect to the fresh database: %v", err)
@@ -107,22 +87,5 @@ func (f *freshDatabase) run(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	if err != nil {
 		t.Fatalf("Audit: %v", err)
 	}
-	for _, a := range list {
-		switch {
-		case a.Active > a.Total:
-			f.oversold = append(f.oversold, fmt.Sprintf("audit of %s: %d active of %d", a.SKU, a.Active, a.Total))
-		case a.Drift() != 0:
-			f.unconserved = append(f.unconserved, fmt.Sprintf("audit of %s: total %d, available %d, active %d", a.SKU, a.Total, a.Available, a.Active))
-		}
-	}
-}
-
-func (f *freshDatabase) judge(t tester, list []string, what string) {
-	t.Helper()
-	if !f.ran {
-		t.Skip("the fresh database on the same resources was not checked")
-	}
-	if len(list) > 0 {
-		t.Errorf("%s: %s", what, strings.Join(list, "; "))
-	}
+	f.audit(list, " in the fresh database")
 }

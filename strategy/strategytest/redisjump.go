@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,10 +23,7 @@ import (
 // the holds are made due in PostgreSQL, as the same time would have made
 // them); then the sold-out SKU must refuse, and the hold released after the
 // jump must give its unit back.
-type redisJump struct {
-	ran                   bool
-	oversold, unconserved []string
-}
+type redisJump struct{ twoClaims }
 
 func (j *redisJump) run(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
@@ -110,14 +106,7 @@ func (j *redisJump) run(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[s
 	if err != nil {
 		t.Fatalf("Audit: %v", err)
 	}
-	for _, a := range list {
-		switch {
-		case a.Active > a.Total:
-			j.oversold = append(j.oversold, fmt.Sprintf("audit of %s: %d active of %d", a.SKU, a.Active, a.Total))
-		case a.Drift() != 0:
-			j.unconserved = append(j.unconserved, fmt.Sprintf("audit of %s %s: total %d, available %d, active %d (the unit given back: %v)", a.SKU, jumped, a.Total, a.Available, a.Active, gaveBack))
-		}
-	}
+	j.audit(list, fmt.Sprintf(" %s (the unit given back: %v)", jumped, gaveBack))
 	if len(j.oversold) > 0 {
 		j.oversold = append(j.oversold, jumped)
 	}
@@ -166,15 +155,5 @@ func jumpRedisClock(ctx context.Context, url string) ([]string, error) {
 		if cursor = next; cursor == 0 {
 			return deleted, nil
 		}
-	}
-}
-
-func (j *redisJump) judge(t tester, list []string, what string) {
-	t.Helper()
-	if !j.ran {
-		t.Skip("the jump of Redis's clock did not run")
-	}
-	if len(list) > 0 {
-		t.Errorf("%s: %s", what, strings.Join(list, "; "))
 	}
 }
