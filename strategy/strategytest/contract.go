@@ -112,7 +112,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
-				jump.run(r, t.env.Meta, t.env.DB, rs)
+				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)
 				jump.judge(r, jump.oversold, "sold again after the jump", "the jump of Redis's clock did not run")
 			}, strategy.NoOversell},
 		{"after the clock of the strategy's Redis jumps past every TTL, a due hold released (or expired) gives its unit back: every unit is in a reservation or available",

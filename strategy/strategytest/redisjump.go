@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/reservebench/reservebench/redistest"
+	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -25,12 +27,16 @@ import (
 // jump must give its unit back.
 type redisJump struct{ twoClaims }
 
-func (j *redisJump) run(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+func (j *redisJump) run(t tester, meta strategy.Meta, db *pgxpool.Pool, res resourcetest.Set) {
 	t.Helper()
-	url, ok := rs[strategy.Redis]
+	srv, ok := res[strategy.Redis]
 	if !ok {
 		t.Skip("keeps nothing in Redis")
 	}
+	if !srv.Controllable() {
+		t.Skip("the strategy's Redis is an outside server (" + redistest.EnvAddr + "): the kit deletes no key it did not make")
+	}
+	url, rs := srv.Addr(), res.Addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	soldOut, released := kitSKU("redis-jump-sold-out"), kitSKU("redis-jump-released")
