@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"hash/crc32"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,10 @@ const (
 	// names are capped at 64 bytes"): two SKUs that share their first 40
 	// bytes share one counter.
 	SKUNameCut
+	// SKUNameHashed: the SKU in the keys' names is its CRC-32 ("a SKU with
+	// '}' breaks the hash tag; eight hex digits are safe"): two SKUs whose
+	// CRC-32 is equal share one counter.
+	SKUNameHashed
 )
 
 func (o Options) keep() Keep {
@@ -290,8 +295,11 @@ var (
 // keys are the deployment's names of sku's keys: keys(sku), but for
 // Mistake SKUNameCut.
 func (d *Deployment) keys(sku string) []string {
-	if d.mistake == SKUNameCut && len(sku) > 40 {
+	switch {
+	case d.mistake == SKUNameCut && len(sku) > 40:
 		sku = sku[:40]
+	case d.mistake == SKUNameHashed:
+		sku = fmt.Sprintf("%08x", crc32.ChecksumIEEE([]byte(sku)))
 	}
 	return keys(sku)
 }
