@@ -2,6 +2,8 @@ package strategytest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -94,7 +96,8 @@ func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 }
 
 // checkDistinctText: texts that differ only in letter case, in a trailing
-// space, in Unicode normal form or in width are different keys, users and SKUs, as
+// space, in Unicode normal form, in width, or as aliases of one e-mail
+// inbox are different keys, users and SKUs, as
 // the contract compares them (byte for byte). A strategy that folds case
 // (a unique index on lower(key)), trims, or normalizes answers the second
 // of such keys REPLAY or KEY_REUSED, refuses the second such user
@@ -111,12 +114,15 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	// trailing space, é in both cases, precomposed and combined.
 	// And the full-width form of one of them (users: checkLookalikeKeys
 	// has the keys).
-	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301", fullWidth("order-a")}
+	// And e-mail addresses that one inbox receives (case, a +tag, Gmail's
+	// dots): users that an "anti-scalping" canonical form would make one.
+	variants := []string{"Order-A", "order-a", "order-a ", "order-É", "order-é", "order-e\u0301", fullWidth("order-a"),
+		"Jane.Doe+a@Gmail.com", "janedoe@gmail.com", "jane.doe+b@gmail.com", "JaneDoe@googlemail.com"}
 	var stock []strategy.Stock
 	for _, sku := range skus {
 		stock = append(stock, strategy.Stock{SKU: sku, Total: len(variants)})
 	}
-	stock[0].Total += len(lookalikes) // checkLookalikeKeys's
+	stock[0].Total += len(lookalikes) + len(uuidLookalikes) // checkLookalikeKeys's
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	if err != nil {
 		t.Fatalf("Open with SKUs %q, %q and %q (they differ only in case or a trailing space): %v", skus[0], skus[1], skus[2], err)
@@ -129,7 +135,7 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 			req := strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", v, si, base), User: "kit-user-" + v, SKU: sku, TTL: time.Hour}
 			res, err := reserveUnlessBusy(ctx, node, req)
 			if err != nil || res.Outcome != strategy.OutcomeHeld {
-				t.Errorf("Reserve key %q, user %q, sku %q (keys, users and SKUs that differ only in case, a trailing space, normal form or width are different): %s, %v; want HELD",
+				t.Errorf("Reserve key %q, user %q, sku %q (keys, users and SKUs that differ only in case, a trailing space, normal form, width or as e-mail aliases are different): %s, %v; want HELD",
 					req.Key, req.User, req.SKU, res.Outcome, err)
 				continue
 			}
@@ -170,7 +176,32 @@ var lookalikes = []struct {
 	{"the ligature ﬁ", func(k string) string { return strings.Replace(k, "fi", "\ufb01", 1) }},
 	{"an enclosed digit", func(k string) string { return strings.Replace(k, "-1-", "-\u2460-", 1) }},
 	{"a superscript digit", func(k string) string { return strings.Replace(k, "-1-", "-\u00b9-", 1) }},
+	// Dashes that autocorrect or a PDF puts where the key had '-', and
+	// characters with no width that a copy from HTML keeps: a fold "for
+	// order numbers pasted from documents" maps them back to the key.
+	{"an en dash", func(k string) string { return strings.Replace(k, "-", "\u2013", 1) }},
+	{"a Unicode hyphen", func(k string) string { return strings.Replace(k, "-", "\u2010", 1) }},
+	{"a minus sign", func(k string) string { return strings.Replace(k, "-", "\u2212", 1) }},
+	{"a zero-width space", func(k string) string { return k[:3] + "\u200b" + k[3:] }},
+	{"a leading byte order mark", func(k string) string { return "\ufeff" + k }},
+	{"a soft hyphen", func(k string) string { return k[:3] + "\u00ad" + k[3:] }},
 	{"a leading ideographic space", func(k string) string { return "\u3000" + k }},
+}
+
+// uuidLookalikes are the other spellings of a UUID-shaped key (RFC 4122
+// reads the hex digits without case, and SDKs write it in braces, as a
+// URN or without hyphens), which a strategy that canonicalizes UUID keys
+// ("a retry through another SDK must replay") maps back to the key. The
+// last is never reserved, as in lookalikes.
+var uuidLookalikes = []struct {
+	name string
+	of   func(string) string
+}{
+	{"upper case", strings.ToUpper},
+	{"braces", func(k string) string { return "{" + k + "}" }},
+	{"the URN form", func(k string) string { return "urn:uuid:" + k }},
+	{"no hyphens", func(k string) string { return strings.ReplaceAll(k, "-", "") }},
+	{"upper case without hyphens", func(k string) string { return strings.ToUpper(strings.ReplaceAll(k, "-", "")) }},
 }
 
 // fullWidth maps printable ASCII to its full-width form (U+FF01 to U+FF5E).
@@ -193,8 +224,24 @@ func fullWidth(s string) string {
 // len(lookalikes) units for the lookalike keys.
 func checkLookalikeKeys(ctx context.Context, t tester, node strategy.Strategy, sku string) {
 	t.Helper()
-	bare := "kit-fi-1-" + sku
-	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: bare, User: "kit-pad-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
+	checkLookalikesOf(ctx, t, node, sku, "kit-fi-1-"+sku, "kit-pad-user", lookalikes)
+	// A UUID of the SKU's own (version 4 layout, lower case, as most
+	// clients send it), so that every trial's is new.
+	sum := sha256.Sum256([]byte(sku))
+	h := hex.EncodeToString(sum[:16])
+	id := h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:32]
+	checkLookalikesOf(ctx, t, node, sku, id, "kit-uuid-user", uuidLookalikes)
+}
+
+// checkLookalikesOf reserves bare for user, then checks each lookalike of
+// it: never reserved, it is unknown and moves nothing; reserved by another
+// user (all but the last), it is HELD and its own.
+func checkLookalikesOf(ctx context.Context, t tester, node strategy.Strategy, sku, bare, user string, lookalikes []struct {
+	name string
+	of   func(string) string
+}) {
+	t.Helper()
+	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: bare, User: user, SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Reserve of key %q: %s, %v; want HELD", bare, res.Outcome, err)
 	}
 	// Nothing lookalike was reserved yet: each is unknown, and moves nothing.
@@ -219,7 +266,7 @@ func checkLookalikeKeys(ctx context.Context, t tester, node strategy.Strategy, s
 	}
 	for i, l := range lookalikes[:len(lookalikes)-1] {
 		key := l.of(bare)
-		req := strategy.Request{Key: key, User: fmt.Sprintf("kit-pad-user-%d", i), SKU: sku, TTL: time.Hour}
+		req := strategy.Request{Key: key, User: fmt.Sprintf("%s-%d", user, i), SKU: sku, TTL: time.Hour}
 		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
 			t.Errorf("Reserve of key %q (%q with %s; %q is HELD by another user): %s, %v; want HELD", key, bare, l.name, bare, res.Outcome, err)
 			continue

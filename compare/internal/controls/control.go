@@ -319,7 +319,29 @@ const (
 	confirmSkew
 	// releaseErrorZero: Release answers 0 when its statement fails.
 	releaseErrorZero
+	// keyDashFolded: keys are looked up with Unicode dashes read as '-'
+	// and characters of no width dropped ("order numbers pasted from PDFs
+	// and e-mails"): K with an en dash reads K's reservation.
+	keyDashFolded
+	// keyUUIDFolded: a UUID-shaped key is looked up in canonical form
+	// (RFC 4122 reads hex digits without case; braces, URN and hyphens
+	// dropped): K in upper case reads K's reservation.
+	keyUUIDFolded
+	// userAliasFolded: the one-active-per-user index is on the e-mail
+	// canonical form of user_id, lower case without a +tag
+	// ("anti-scalping: one inbox, one customer").
+	userAliasFolded
 )
+
+// dashFolded and uuidFolded are the key columns' folds of keyDashFolded
+// and keyUUIDFolded, over the column or parameter x.
+func dashFolded(x string) string {
+	return "regexp_replace(translate(" + x + ", '\u2010\u2011\u2012\u2013\u2014\u2015\u2212', '-------'), '[\u200b\u200c\u200d\u2060\ufeff\u00ad]', '', 'g')"
+}
+
+func uuidFolded(x string) string {
+	return "CASE WHEN " + x + ` ~* '^(urn:uuid:)?[{]?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}[}]?$' THEN lower(regexp_replace(` + x + `, '^urn:uuid:|[{}-]', '', 'gi')) ELSE ` + x + " END"
+}
 
 //go:embed schema.sql
 var schemaSQL string
@@ -645,6 +667,10 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 		where = `btrim(request_key) = btrim($1)`
 	case keyFolded:
 		where = `normalize(request_key, NFKC) = normalize($1, NFKC)`
+	case keyDashFolded:
+		where = dashFolded("request_key") + " = " + dashFolded("$1")
+	case keyUUIDFolded:
+		where = uuidFolded("request_key") + " = " + uuidFolded("$1::text")
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)

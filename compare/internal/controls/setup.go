@@ -83,6 +83,10 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id)`
 	case limitByConcat:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} ((sku || ':' || user_id)) WHERE status IN ('HELD','CONFIRMED')`
+	case userAliasFolded:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, (CASE WHEN user_id ~ '^[^@]+@[^@]+$'
+			THEN lower(regexp_replace(split_part(user_id, '@', 1), '[+].*$', '')) || '@' || lower(split_part(user_id, '@', 2))
+			ELSE user_id END)) WHERE status IN ('HELD','CONFIRMED')`
 	case limitHeldOnly:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id) WHERE status = 'HELD'`
 	}
