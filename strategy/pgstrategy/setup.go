@@ -22,7 +22,8 @@ type Grant struct {
 // the owner role and in one transaction under the advisory lock LockKey,
 // creates the schema unless it is complete (as Load does), and grants the
 // runtime role the privileges of Grants and USAGE on the sequences those
-// tables own. It writes no stock: Open does that, as the runtime role.
+// tables' defaults draw from (bigserial; an identity needs none). It
+// writes no stock: Open does that, as the runtime role.
 func (s Schema) Setup(ctx context.Context, cfg strategy.SetupConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -67,14 +68,16 @@ func (s Schema) Setup(ctx context.Context, cfg strategy.SetupConfig) error {
 }
 
 // ownedSequences names the sequences owned by a column of these tables
-// (bigserial, identity), quoted.
+// through a default (bigserial), quoted. An identity column's sequence is
+// left out: INSERT on its table draws from it without USAGE, which would
+// be a privilege never used (least-privilege's checkPrivilegesUsed).
 func ownedSequences(ctx context.Context, tx pgx.Tx, tables []string) ([]string, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT d.objid::regclass::text
 		FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
 		WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
 		  AND d.refobjid = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) AS t)
-		  AND d.deptype IN ('a', 'i')
+		  AND d.deptype = 'a'
 		ORDER BY 1`, tables)
 	if err != nil {
 		return nil, fmt.Errorf("setup: sequences: %w", err)

@@ -130,7 +130,10 @@ func runLeastPrivilege(ctx context.Context, t *trial) error {
 		t.check(strategy.LeastPrivilege, "the runtime role cannot "+probe.what+" (42501)", ok, fmt.Sprintf("%s answered %s", probe.what, sqlstateOrOK(code)), noRequest)
 	}
 	t.fact("refused to "+lp.runtimeRole+" with 42501", "%s", strings.Join(refused, ", "))
-	return nil
+	if err := t.checkNoGrantOption(ctx, lp); err != nil {
+		return err
+	}
+	return t.checkPrivilegesUsed(ctx, lp)
 }
 
 // attemptAsRuntime runs one statement as the runtime role (Env.DB) in a

@@ -327,6 +327,14 @@ const (
 	// (RFC 4122 reads hex digits without case; braces, URN and hyphens
 	// dropped): K in upper case reads K's reservation.
 	keyUUIDFolded
+	// grantOption: Meta.Setup grants strategy A's privileges WITH GRANT
+	// OPTION ("the deploy step, run as the service's role, grants
+	// reporting its read access").
+	grantOption
+	// grantsSequenceAll: Meta.Setup grants ALL on the reservation ids'
+	// sequence ("an operator can setval after a restore"), where nextval
+	// needs USAGE alone: the runtime role may rewind it.
+	grantsSequenceAll
 	// userAliasFolded: the one-active-per-user index is on the e-mail
 	// canonical form of user_id, lower case without a +tag
 	// ("anti-scalping: one inbox, one customer").

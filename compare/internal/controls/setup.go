@@ -99,11 +99,13 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 }
 
 // setupOf is the control's Meta.Setup: nil (Open creates its tables as the
-// role it serves as) except for grantsAll, whose Setup creates them as the
-// owner and then grants the runtime role ALL on them, where strategy A
-// grants SELECT, INSERT and UPDATE.
+// role it serves as) except for the controls of least privilege, whose
+// Setup creates them as the owner and then grants the runtime role what
+// strategy A needs (SELECT, INSERT and UPDATE; USAGE on the sequence) and
+// the control's mistake: ALL on them (grantsAll), the same WITH GRANT
+// OPTION (grantOption), ALL on the sequence (grantsSequenceAll).
 func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
-	if s.b != grantsAll {
+	if s.b != grantsAll && s.b != grantOption && s.b != grantsSequenceAll {
 		return nil
 	}
 	return func(ctx context.Context, cfg strategy.SetupConfig) error {
@@ -116,10 +118,24 @@ func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
 			if err := createSchema(ctx, tx, s, tb); err != nil {
 				return err
 			}
-			for _, stmt := range []string{
-				tb.q("GRANT ALL ON TABLE {stock}, {reservation} TO ") + role,
-				"GRANT ALL ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role,
-			} {
+			grants := []string{
+				tb.q("GRANT SELECT, INSERT, UPDATE ON TABLE {stock}, {reservation} TO ") + role,
+				"GRANT USAGE ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role,
+			}
+			switch s.b {
+			case grantsAll:
+				grants = []string{
+					tb.q("GRANT ALL ON TABLE {stock}, {reservation} TO ") + role,
+					"GRANT ALL ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role,
+				}
+			case grantOption:
+				for i := range grants {
+					grants[i] += " WITH GRANT OPTION"
+				}
+			case grantsSequenceAll:
+				grants[1] = "GRANT ALL ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role
+			}
+			for _, stmt := range grants {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
 					return fmt.Errorf("%s: %w", stmt, err)
 				}
