@@ -43,8 +43,10 @@ const (
 	SurvivesRestart
 	// LeastPrivilege: the strategy serves as a runtime role that owns
 	// nothing and cannot DROP, ALTER, TRUNCATE or DELETE from its tables, nor
-	// create any; its schema is created by an owner role (Meta.Setup). The
-	// least-privilege scenario checks it (SQLSTATE 42501 for each).
+	// create any; it may grant none of its privileges on, and holds none it
+	// never uses; its schema is created by an owner role (Meta.Setup). The
+	// least-privilege scenario checks it (SQLSTATE 42501 for each; each
+	// privilege taken away in turn must change a workload's answers).
 	LeastPrivilege
 	// SurvivesFailover: an acknowledged reservation survives a failover to
 	// a standby that had fallen behind (asynchronous replication), and the
