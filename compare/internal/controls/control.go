@@ -335,6 +335,9 @@ const (
 	// sequence ("an operator can setval after a restore"), where nextval
 	// needs USAGE alone: the runtime role may rewind it.
 	grantsSequenceAll
+	// cartCap: a user who holds 10 active reservations, on any SKUs, is
+	// refused USER_LIMIT ("a cart holds 10 items").
+	cartCap
 	// userAliasFolded: the one-active-per-user index is on the e-mail
 	// canonical form of user_id, lower case without a +tag
 	// ("anti-scalping: one inbox, one customer").
@@ -836,6 +839,16 @@ func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) 
 // reserveIn is strategy A's reservation (savepoint, insert the key, take
 // the unit) with the control's mistake, if it is in this path.
 func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	if c.breaks == cartCap {
+		var n int
+		if err := tx.QueryRow(ctx, c.t.q(`SELECT count(*) FROM {reservation} WHERE user_id = $1 AND request_key <> $2 AND status IN ('HELD','CONFIRMED')`),
+			req.User, req.Key).Scan(&n); err != nil {
+			return strategy.Result{}, err
+		}
+		if n >= 10 {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+		}
+	}
 	if c.breaks == limitBeforeKey {
 		var has bool
 		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE sku = $1 AND user_id = $2 AND request_key <> $3 AND status IN ('HELD','CONFIRMED'))`),
