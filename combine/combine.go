@@ -20,10 +20,12 @@ const Name = "combine"
 func init() { strategy.Register(Meta()) }
 
 // Claims are hotrow's: every request still gets its own answer, from the
-// same row lock and the same unique indexes. Like hotrow it does not claim
+// same row lock and the same unique indexes, and least privilege (its
+// schema created by an owner role, Meta.Setup). Like hotrow it does not claim
 // strategy.NoWait: a batch (or a session) in flight makes the next one wait.
 const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
-	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart |
+	strategy.LeastPrivilege
 
 // Defaults of Options.
 const (
@@ -110,6 +112,7 @@ func New(opts Options) strategy.Meta {
 		Claims:      Claims,
 		Open:        pgstrategy.Bind(Open, opts),
 		Attach:      pgstrategy.Bind(attach, opts),
+		Setup:       schema.Setup,
 	}
 }
 
@@ -124,6 +127,12 @@ var schema = pgstrategy.Schema{
 	Last:    "combine_reservation_one_active",
 	LockKey: 0x636f6d62696e65,
 	Totals:  `SELECT sku, total FROM combine_stock WHERE sku = ANY($1)`,
+	// Least privilege: rows are never deleted, and the ids' identity
+	// needs no grant of its own.
+	Grants: []pgstrategy.Grant{
+		{Table: "combine_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "combine_reservation", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // sqlInsertStock loads the stock; a SKU that already has a row is left

@@ -18,11 +18,13 @@ const Name = "onetrip"
 
 func init() { strategy.Register(Meta()) }
 
-// Claims are hotrow's: the same guarantees from the same row lock. Like
+// Claims are hotrow's: the same guarantees from the same row lock, and
+// least privilege (its schema created by an owner role, Meta.Setup). Like
 // hotrow it does not claim strategy.NoWait: a decrement in flight makes the
 // next one wait, only for less time.
 const Claims = strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser |
-	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart
+	strategy.ReturnOnce | strategy.Conserves | strategy.NoPhantomSoldOut | strategy.SurvivesRestart |
+	strategy.LeastPrivilege
 
 // DefaultMaxRetries bounds how often Reserve runs again when a conflict it
 // met is not there any more when it looks (errInvisibleConflict: the other
@@ -68,6 +70,7 @@ func New(opts Options) strategy.Meta {
 		Claims:      Claims,
 		Open:        pgstrategy.Bind(Open, opts),
 		Attach:      pgstrategy.Bind(attach, opts),
+		Setup:       schema.Setup,
 	}
 }
 
@@ -82,6 +85,12 @@ var schema = pgstrategy.Schema{
 	Last:    "onetrip_reservation_one_active",
 	LockKey: 0x6f6e6574726970,
 	Totals:  `SELECT sku, total FROM onetrip_stock WHERE sku = ANY($1)`,
+	// Least privilege: rows are never deleted, and no sequence is drawn
+	// from (the key is the reservation's primary key).
+	Grants: []pgstrategy.Grant{
+		{Table: "onetrip_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "onetrip_reservation", Privileges: "SELECT, INSERT, UPDATE"},
+	},
 }
 
 // sqlInsertStock loads the stock; a SKU that already has a row is left
