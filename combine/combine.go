@@ -130,7 +130,7 @@ var schema = pgstrategy.Schema{
 	// Least privilege: rows are never deleted, and the ids' identity
 	// needs no grant of its own.
 	Grants: []pgstrategy.Grant{
-		{Table: "combine_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "combine_stock", Privileges: "SELECT, INSERT, UPDATE (available)"},
 		{Table: "combine_reservation", Privileges: "SELECT, INSERT, UPDATE"},
 	},
 }

@@ -155,7 +155,7 @@ var schema = pgstrategy.Schema{
 	// Least privilege: rows are never deleted, and nothing else is needed
 	// (USAGE on reservation's bigserial comes with the grants).
 	Grants: []pgstrategy.Grant{
-		{Table: "sku_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "sku_stock", Privileges: "SELECT, INSERT, UPDATE (available)"},
 		{Table: "reservation", Privileges: "SELECT, INSERT, UPDATE"},
 	},
 }

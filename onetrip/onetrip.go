@@ -88,7 +88,7 @@ var schema = pgstrategy.Schema{
 	// Least privilege: rows are never deleted, and no sequence is drawn
 	// from (the key is the reservation's primary key).
 	Grants: []pgstrategy.Grant{
-		{Table: "onetrip_stock", Privileges: "SELECT, INSERT, UPDATE"},
+		{Table: "onetrip_stock", Privileges: "SELECT, INSERT, UPDATE (available)"},
 		{Table: "onetrip_reservation", Privileges: "SELECT, INSERT, UPDATE"},
 	},
 }

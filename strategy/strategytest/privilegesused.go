@@ -64,9 +64,15 @@ func (t *trial) checkNoGrantOption(ctx context.Context, lp *leastPriv) error {
 // relPrivilege is one privilege the runtime role holds on one relation.
 type relPrivilege struct {
 	rel, kind, privilege string
+	column               string // "": the whole relation
 }
 
-func (p relPrivilege) String() string { return p.privilege + " on " + p.rel }
+func (p relPrivilege) String() string {
+	if p.column != "" {
+		return p.privilege + " on " + p.rel + "." + p.column
+	}
+	return p.privilege + " on " + p.rel
+}
 
 // statement is the GRANT or REVOKE of p for role.
 func (p relPrivilege) statement(verb, role string) string {
@@ -77,27 +83,37 @@ func (p relPrivilege) statement(verb, role string) string {
 	if verb == "REVOKE" {
 		toFrom = "FROM"
 	}
-	return fmt.Sprintf("%s %s ON %s %s %s %s", verb, p.privilege, on, pgx.Identifier{p.rel}.Sanitize(), toFrom, pgx.Identifier{role}.Sanitize())
+	priv := p.privilege
+	if p.column != "" {
+		priv += " (" + pgx.Identifier{p.column}.Sanitize() + ")"
+	}
+	return fmt.Sprintf("%s %s ON %s %s %s %s", verb, priv, on, pgx.Identifier{p.rel}.Sanitize(), toFrom, pgx.Identifier{role}.Sanitize())
 }
 
-// checkPrivilegesUsed takes away each table or sequence privilege of the
-// runtime role in turn (as the owner), runs privilegeWorkload, and gives it
+// checkPrivilegesUsed takes away each table, column or sequence privilege
+// of the runtime role in turn (as the owner), runs privilegeWorkload, and gives it
 // back. The run's other cells of this strategy never run beside it (one
 // cell of a strategy at a time), so nothing else meets the missing
 // privilege.
 func (t *trial) checkPrivilegesUsed(ctx context.Context, lp *leastPriv) error {
 	rows, err := t.env.Admin.Query(ctx, `
-		SELECT c.relname, c.relkind::text, a.privilege_type
-		FROM pg_class c, aclexplode(c.relacl) a
-		WHERE c.relowner = (SELECT oid FROM pg_roles WHERE rolname = $1) AND c.relnamespace = 'public'::regnamespace
-		  AND c.relkind IN ('r', 'p', 'S') AND a.grantee = (SELECT oid FROM pg_roles WHERE rolname = $2)
-		ORDER BY 1, 3`, lp.ownerRole, lp.runtimeRole)
+		WITH rels AS (SELECT c.oid, c.relname, c.relkind, c.relacl FROM pg_class c
+		              WHERE c.relowner = (SELECT oid FROM pg_roles WHERE rolname = $1) AND c.relnamespace = 'public'::regnamespace
+		                AND c.relkind IN ('r', 'p', 'S')),
+		     runtime AS (SELECT oid FROM pg_roles WHERE rolname = $2)
+		SELECT r.relname, r.relkind::text, a.privilege_type, ''
+		FROM rels r, aclexplode(r.relacl) a WHERE a.grantee = (SELECT oid FROM runtime)
+		UNION ALL
+		SELECT r.relname, r.relkind::text, a.privilege_type, att.attname::text
+		FROM rels r JOIN pg_attribute att ON att.attrelid = r.oid AND att.attnum > 0 AND NOT att.attisdropped,
+		     aclexplode(att.attacl) a WHERE a.grantee = (SELECT oid FROM runtime)
+		ORDER BY 1, 4, 3`, lp.ownerRole, lp.runtimeRole)
 	if err != nil {
 		return fmt.Errorf("privileges: %w", err)
 	}
 	held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (relPrivilege, error) {
 		var p relPrivilege
-		err := r.Scan(&p.rel, &p.kind, &p.privilege)
+		err := r.Scan(&p.rel, &p.kind, &p.privilege, &p.column)
 		return p, err
 	})
 	if err != nil {

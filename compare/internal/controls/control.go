@@ -335,6 +335,10 @@ const (
 	// sequence ("an operator can setval after a restore"), where nextval
 	// needs USAGE alone: the runtime role may rewind it.
 	grantsSequenceAll
+	// grantsTotal: Meta.Setup grants UPDATE of the stock's total beside
+	// available ("a restock endpoint is on the roadmap"): the runtime role
+	// may raise a SKU's total.
+	grantsTotal
 	// cartCap: a user who holds 10 active reservations, on any SKUs, is
 	// refused USER_LIMIT ("a cart holds 10 items").
 	cartCap

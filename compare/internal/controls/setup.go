@@ -103,9 +103,10 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 // Setup creates them as the owner and then grants the runtime role what
 // strategy A needs (SELECT, INSERT and UPDATE; USAGE on the sequence) and
 // the control's mistake: ALL on them (grantsAll), the same WITH GRANT
-// OPTION (grantOption), ALL on the sequence (grantsSequenceAll).
+// OPTION (grantOption), ALL on the sequence (grantsSequenceAll), UPDATE
+// of the stock's total (grantsTotal).
 func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
-	if s.b != grantsAll && s.b != grantOption && s.b != grantsSequenceAll {
+	if s.b != grantsAll && s.b != grantOption && s.b != grantsSequenceAll && s.b != grantsTotal {
 		return nil
 	}
 	return func(ctx context.Context, cfg strategy.SetupConfig) error {
@@ -134,6 +135,9 @@ func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
 				}
 			case grantsSequenceAll:
 				grants[1] = "GRANT ALL ON SEQUENCE " + tb.reservation + "_reservation_id_seq TO " + role
+			case grantsTotal:
+				grants[0] = tb.q("GRANT SELECT, INSERT, UPDATE ON TABLE {reservation} TO ") + role
+				grants = append(grants, tb.q("GRANT SELECT, INSERT, UPDATE (available, total) ON TABLE {stock} TO ")+role)
 			}
 			for _, stmt := range grants {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
