@@ -77,6 +77,10 @@ const (
 	// (Redis stopped answering) is answered BUSY, which tells its client
 	// that nothing was written, though its reservation is.
 	UnlockErrorIsBusy
+	// BusyWhenLost: a request whose watchdog found its lock taken by
+	// another while it worked is answered BUSY after its COMMIT ("the
+	// answer cannot be trusted: try again").
+	BusyWhenLost
 )
 
 func (o Options) wait() time.Duration {
@@ -84,6 +88,15 @@ func (o Options) wait() time.Duration {
 		return o.Wait
 	}
 	return DefaultWait
+}
+
+// leaseFor is the lease of a deployment over cfg: the config's LockLease
+// when it sets one, as the kit does to meet a lost lock within a check.
+func (o Options) leaseFor(cfg strategy.Config) time.Duration {
+	if cfg.LockLease > 0 {
+		return cfg.LockLease
+	}
+	return o.lease()
 }
 
 func (o Options) lease() time.Duration {
@@ -234,8 +247,9 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
+		busyWhenLost: opts.Mistake == BusyWhenLost,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
-			ttl: opts.lease(), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
+			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -256,6 +270,7 @@ type Deployment struct {
 	lockOnly bool
 
 	unlockErrorIsBusy bool // Options.Mistake UnlockErrorIsBusy
+	busyWhenLost      bool // Options.Mistake BusyWhenLost
 }
 
 var (

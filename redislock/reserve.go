@@ -81,6 +81,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if unlockErr != nil && d.unlockErrorIsBusy {
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake
 	}
+	if h.lost.Load() && d.busyWhenLost {
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake
+	}
 	return res, nil
 }
 

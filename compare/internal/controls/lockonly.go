@@ -44,6 +44,9 @@ func lockMistakes() []Control {
 		{redislock.UnlockErrorIsBusy, "ctl-lock-unlock-error-is-busy",
 			"a request whose unlock failed after its COMMIT (Redis stopped answering) is answered BUSY: its client is told nothing was written, and its reservation is",
 			[]string{"redis-restart"}},
+		{redislock.BusyWhenLost, "ctl-lock-lost-is-busy",
+			"a request whose watchdog found its lock taken by another while it worked is answered BUSY after its COMMIT (\"the answer cannot be trusted: try again\"): its client is told nothing was written, and its reservation is",
+			[]string{"deployment-contract"}},
 	} {
 		var exp []Expectation
 		for _, sc := range c.scenarios {
