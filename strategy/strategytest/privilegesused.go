@@ -24,7 +24,7 @@ import (
 //   - checkPrivilegesUsed: each privilege the runtime role holds on them is
 //     taken away in turn, and a fresh deployment then serves a short
 //     workload of every call (replay, conflicts, sold out, Confirm,
-//     Release, the expiry job, Audit, Restart): the answers must differ
+//     Release, the expiry job, Audit, Restart, Attach): the answers must differ
 //     from those given with every privilege, or an error must say it was
 //     needed. A privilege without which the strategy answers the same is
 //     one it never uses (UPDATE on a stock row it only inserts, UPDATE on a
@@ -160,7 +160,7 @@ func (t *trial) withoutPrivilege(ctx context.Context, lp *leastPriv, p relPrivil
 }
 
 // privilegeWorkload opens a deployment of two kit SKUs (2 units and 1) and
-// makes every call once, returning its answers (without names, so that runs
+// makes every call once (Attach too), returning its answers (without names, so that runs
 // compare) and the first error, which a call without its privilege meets.
 func (t *trial) privilegeWorkload(ctx context.Context, run string) ([]string, string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -178,7 +178,8 @@ func (t *trial) privilegeWorkload(ctx context.Context, run string) ([]string, st
 		}
 		out = append(out, fmt.Sprintf("%s: %v", what, answer))
 	}
-	dep, err := t.env.Meta.Open(ctx, strategy.Config{Resources: t.env.Resources.Addrs(), DB: t.env.DB, Stock: []strategy.Stock{{SKU: a, Total: 2}, {SKU: b, Total: 1}}})
+	cfg := strategy.Config{Resources: t.env.Resources.Addrs(), DB: t.env.DB, Stock: []strategy.Stock{{SKU: a, Total: 2}, {SKU: b, Total: 1}}}
+	dep, err := t.env.Meta.Open(ctx, cfg)
 	if err != nil {
 		note("open", nil, err)
 		return out, firstErr
@@ -227,6 +228,16 @@ func (t *trial) privilegeWorkload(ctx context.Context, run string) ([]string, st
 		node = dep.Node(0)
 		reserve("after the restart, a fourth user", 6, 4, a)
 		look("after the restart, lookup", 1)
+	}
+	if t.env.Meta.Attach != nil {
+		// A second process of the service: what it reads to start.
+		other, err := t.env.Meta.Attach(ctx, cfg)
+		note("attach", "done", err)
+		if err == nil {
+			r, err := other.Node(0).Lookup(ctx, key(1))
+			note("lookup through the attached process", r.Status, err)
+			_ = other.Close()
+		}
 	}
 	return out, firstErr
 }
