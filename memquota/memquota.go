@@ -181,6 +181,11 @@ type Options struct {
 	// expires_at has not passed, so a due reservation no job has moved yet
 	// has its unit sold again, and its late payment then confirms it too.
 	RecountSkipsDue bool
+	// RecountRecentOnly is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a restarted node recounts only the sales of the
+	// last 48 hours ("a hold lives at most a day"), so a unit paid for
+	// longer ago than that is sold again.
+	RecountRecentOnly bool
 	// SettleByKey is a deliberate mistake, for the negative controls of
 	// table 28-1 only: Settle looks for a unit in doubt's row by its key
 	// alone, not its key and attempt, so a row another attempt of the same

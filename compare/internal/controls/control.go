@@ -339,6 +339,10 @@ const (
 	// available ("a restock endpoint is on the roadmap"): the runtime role
 	// may raise a SKU's total.
 	grantsTotal
+	// purgeEnded: the expiry job deletes RELEASED and EXPIRED rows whose
+	// expires_at is a week past ("nobody resends a key after a week; the
+	// table stays small"): an old key is then new again.
+	purgeEnded
 	// cartCap: a user who holds 10 active reservations, on any SKUs, is
 	// refused USER_LIMIT ("a cart holds 10 items").
 	cartCap
@@ -1150,6 +1154,11 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 // run dies between the two (simulateDeath); in the kill-release scenario a
 // real SIGKILL does it.
 func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (int, error) {
+	if c.breaks == purgeEnded {
+		if _, err := tx.Exec(ctx, c.t.q(`DELETE FROM {reservation} WHERE sku = ANY($1) AND status IN ('RELEASED','EXPIRED') AND expires_at < now() - interval '7 days'`), c.skus); err != nil {
+			return 0, err
+		}
+	}
 	switch c.breaks {
 	case releaseWithoutStatusCheck:
 		ids, err := c.dueIDs(ctx, tx, `sku = ANY($1) AND expires_at < now()`)
