@@ -12,30 +12,32 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// monthLater is how far checkMonthLater moves a deployment's stored times
-// into the past: past every TTL (strategy.MaxTTL), every "hold lives at
-// most a day" window and a month's partition.
-const monthLater = 30 * 24 * time.Hour
+// yearsLater is how far checkYearsLater moves a deployment's stored times
+// into the past: past every TTL (strategy.MaxTTL), and past every window a
+// strategy might think old enough to forget ("a hold lives at most a day",
+// "a week", "a quarter's order history", "a year").
+const yearsLater = 1000 * 24 * time.Hour
 
-// checkMonthLater: what a deployment stored keeps its meaning when it is
+// checkYearsLater: what a deployment stored keeps its meaning when it is
 // old. A SKU of 3 units sells one unit that is paid for (CONFIRMED), one
 // that is held, one that is released; then every time stored in the
 // database for that SKU (each row whose text holds the SKU's name: its
-// reservations, its stock, a sales log) moves 30 days into the past, as a
-// month passing would leave it, and node 0 restarts (where survives-restart
+// reservations, its stock, a sales log) moves 1,000 days into the past,
+// as the passing of nearly three years would leave it, and node 0 restarts (where survives-restart
 // is claimed) and runs the expiry job. The paid unit must stay sold: two
 // more sell, no more; every old key is still its own (REPLAY for its user).
 //
 // Every scenario ends within minutes of its first sale, so a strategy that
 // reads only recent rows ("a hold lives at most a day: recount the last
 // 48 hours of the sales log on restart", "purge ended rows older than a
-// week") passed them all. Redis keeps its own clock: only PostgreSQL is
+// week", "Lookup serves the last 90 days; older orders are the history
+// service's") passed them all. Redis keeps its own clock: only PostgreSQL is
 // aged here (the Redis jump of redisjump.go moves Redis's).
-func checkMonthLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+func checkYearsLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("month-later")
+	sku := kitSKU("years-later")
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -45,10 +47,10 @@ func checkMonthLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs m
 	confirmer, canConfirm := node.(strategy.Confirmer)
 	releaser, canRelease := node.(strategy.Releaser)
 	if !canConfirm || !canRelease {
-		t.Skip("no Confirm or Release: nothing stays sold or comes back for a month to test")
+		t.Skip("no Confirm or Release: nothing stays sold or comes back to test years later")
 	}
 	req := func(i int) strategy.Request {
-		return strategy.Request{Key: fmt.Sprintf("kit-month-%d-%s", i, sku), User: fmt.Sprintf("kit-month-user-%d", i), SKU: sku, TTL: time.Hour}
+		return strategy.Request{Key: fmt.Sprintf("kit-years-%d-%s", i, sku), User: fmt.Sprintf("kit-years-user-%d", i), SKU: sku, TTL: time.Hour}
 	}
 	for i := 1; i <= 3; i++ {
 		if res, err := reserveUnlessBusy(ctx, node, req(i)); err != nil || res.Outcome != strategy.OutcomeHeld {
@@ -62,7 +64,7 @@ func checkMonthLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs m
 		t.Fatalf("Release %q: %d, %v; want 1", req(3).Key, n, err)
 	}
 
-	aged, err := ageRowsOf(ctx, admin, sku, monthLater)
+	aged, err := ageRowsOf(ctx, admin, sku, yearsLater)
 	if err != nil {
 		t.Fatalf("age the SKU's rows: %v", err)
 	}
@@ -71,35 +73,41 @@ func checkMonthLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs m
 	}
 	if r, ok := dep.(strategy.Restarter); ok && meta.Claims.Has(strategy.SurvivesRestart) {
 		if err := r.Restart(ctx, 0); err != nil {
-			t.Fatalf("Restart of node 0 a month later: %v", err)
+			t.Fatalf("Restart of node 0 1,000 days later: %v", err)
 		}
 		node = dep.Node(0)
 	}
 	if e, ok := node.(strategy.Expirer); ok {
 		if _, err := e.ExpireDue(ctx); err != nil {
-			t.Fatalf("ExpireDue a month later: %v", err)
+			t.Fatalf("ExpireDue 1,000 days later: %v", err)
 		}
 	}
 	for i := 1; i <= 3; i++ {
 		if res, err := reserveUnlessBusy(ctx, node, req(i)); err != nil || res.Outcome != strategy.OutcomeReplay {
-			t.Errorf("a month later, %q sent again by its user: %s, %v; want REPLAY (a key is its reservation's for good)", req(i).Key, res.Outcome, err)
+			t.Errorf("1,000 days later, %q sent again by its user: %s, %v; want REPLAY (a key is its reservation's for good)", req(i).Key, res.Outcome, err)
 		}
 	}
-	if got, err := node.Lookup(ctx, req(1).Key); err != nil || got.Status != strategy.StatusConfirmed {
-		t.Errorf("a month later, Lookup of the paid %q: %s, %v; want CONFIRMED", req(1).Key, got.Status, err)
+	for i, want := range []strategy.Status{strategy.StatusConfirmed, "", strategy.StatusReleased} {
+		got, err := node.Lookup(ctx, req(i+1).Key)
+		switch {
+		case err != nil || got.Status == strategy.StatusNotFound:
+			t.Errorf("1,000 days later, Lookup of %q: %s, %v; want its reservation (a key is its reservation's for good)", req(i+1).Key, got.Status, err)
+		case want != "" && got.Status != want:
+			t.Errorf("1,000 days later, Lookup of %q: %s; want %s", req(i+1).Key, got.Status, want)
+		}
 	}
 	held := 0
 	for i := 4; i <= 7; i++ {
 		res, err := reserveUnlessBusy(ctx, node, req(i))
 		if err != nil {
-			t.Fatalf("a month later, Reserve %q: %v", req(i).Key, err)
+			t.Fatalf("1,000 days later, Reserve %q: %v", req(i).Key, err)
 		}
 		if res.Outcome == strategy.OutcomeHeld {
 			held++
 		}
 	}
 	if held != 2 {
-		t.Errorf("a month later (%d rows aged 30 days, node 0 restarted where it claims to survive it, the expiry job run), 4 new buyers of a SKU of 3 with one unit paid for: %d HELD; want 2 (the held unit expired, the released one back, the paid one sold for good)", aged, held)
+		t.Errorf("1,000 days later (%d rows aged 1,000 days, node 0 restarted where it claims to survive it, the expiry job run), 4 new buyers of a SKU of 3 with one unit paid for: %d HELD; want 2 (the held unit expired, the released one back, the paid one sold for good)", aged, held)
 	}
 	list, err := dep.Audit(ctx)
 	if err != nil {
@@ -107,7 +115,7 @@ func checkMonthLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs m
 	}
 	for _, a := range list {
 		if a.Active > a.Total {
-			t.Errorf("Audit of %s a month later: %d active of %d", a.SKU, a.Active, a.Total)
+			t.Errorf("Audit of %s 1,000 days later: %d active of %d", a.SKU, a.Active, a.Total)
 		}
 	}
 }
