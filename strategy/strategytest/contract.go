@@ -154,6 +154,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		parts = append(parts, part{"a request with a new key and user does not wait while another transaction holds every row of the strategy's tables as an UPDATE in flight would",
 			func(r tester) { checkNoWaitBehindLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait})
 	}
+	// After every other: their calls have been through the pool.
+	parts = append(parts, part{"the strategy leaves the pool's connections as it found them: no session setting left by a SET without LOCAL",
+		func(r tester) { checkSessionsUntouched(r, t.env.DB) }, Base})
 	for _, p := range parts {
 		r := runRecorded(p.run)
 		if r.skipped != "" {

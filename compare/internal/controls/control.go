@@ -339,6 +339,11 @@ const (
 	// available ("a restock endpoint is on the roadmap"): the runtime role
 	// may raise a SKU's total.
 	grantsTotal
+	// expirySessionAsync: the expiry job sets synchronous_commit off
+	// without LOCAL ("a job that is lost in a crash is run again"): the
+	// connection keeps it, and the Reserves that borrow it next commit
+	// before their WAL is flushed.
+	expirySessionAsync
 	// purgeEnded: the expiry job deletes RELEASED and EXPIRED rows whose
 	// expires_at is a week past ("nobody resends a key after a week; the
 	// table stays small"): an old key is then new again.
@@ -1154,6 +1159,11 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 // run dies between the two (simulateDeath); in the kill-release scenario a
 // real SIGKILL does it.
 func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (int, error) {
+	if c.breaks == expirySessionAsync {
+		if _, err := tx.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+			return 0, err
+		}
+	}
 	if c.breaks == purgeEnded {
 		if _, err := tx.Exec(ctx, c.t.q(`DELETE FROM {reservation} WHERE sku = ANY($1) AND status IN ('RELEASED','EXPIRED') AND expires_at < now() - interval '7 days'`), c.skus); err != nil {
 			return 0, err
