@@ -249,6 +249,18 @@ func (d *Deployment) start(ctx context.Context, i int, restart bool) (*node, err
 	return nd, nil
 }
 
+// startFromTotals is Options.RestartFallsBack's node: each counter the
+// node's even split of its SKU's total, read from nothing.
+func (d *Deployment) startFromTotals(i int) *node {
+	nd := &node{d: d, id: i, counters: make(map[string]*counter, len(d.skus)), flights: map[string]*flight{}}
+	for _, sku := range d.skus {
+		c := &counter{checkThenTake: d.opts.CheckThenTake}
+		c.n.Store(int64(strategy.ShareOf(d.known[sku], len(d.nodes), i)))
+		nd.counters[sku] = c
+	}
+	return nd
+}
+
 // Node returns node i; out of range it panics (strategy.CheckNode).
 func (d *Deployment) Node(i int) strategy.Strategy {
 	strategy.CheckNode(i, len(d.nodes))
@@ -276,6 +288,9 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 		return fmt.Errorf("memquota: restart node %d: %w", i, strategy.ErrNodeClosed)
 	}
 	nd, err := d.start(ctx, i, true)
+	if err != nil && d.opts.RestartFallsBack {
+		nd, err = d.startFromTotals(i), nil // the mistake
+	}
 	if err != nil {
 		return err
 	}

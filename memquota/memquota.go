@@ -186,6 +186,11 @@ type Options struct {
 	// last 48 hours ("a hold lives at most a day"), so a unit paid for
 	// longer ago than that is sold again.
 	RecountRecentOnly bool
+	// RestartFallsBack is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a restart whose recount of the sales log fails
+	// (a lock, a timeout) starts the node from its share of the total
+	// instead of failing ("a node that will not start is worse").
+	RestartFallsBack bool
 	// SettleByKey is a deliberate mistake, for the negative controls of
 	// table 28-1 only: Settle looks for a unit in doubt's row by its key
 	// alone, not its key and attempt, so a row another attempt of the same

@@ -13,7 +13,8 @@ import (
 
 // checkBlockedCallsFail: a Lookup, Confirm or Release that could not read
 // or write (its statement waited on a lock until its caller gave up)
-// returns an error, never an answer. Lookup is how a caller resolves an
+// returns an error, never an answer; so do a Restart and an Attach that
+// could not read what they start from. Lookup is how a caller resolves an
 // unknown outcome: a NOT_FOUND made up from a failed read tells it the
 // reservation does not exist while it does; a false or 0 from a failed
 // Confirm or Release tells it the reservation was not HELD. No other
@@ -68,6 +69,30 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 			return outcome{fmt.Sprintf("%d, %v", n, err), err != nil}
 		}})
 	}
+	// Last, as they end the node: a restart and an attach that cannot
+	// read what they start from fail; one that starts from a guess (the
+	// configured totals) sells again what is sold.
+	if r, ok := dep.(strategy.Restarter); ok {
+		calls = append(calls, struct {
+			what string
+			call func(context.Context) outcome
+		}{"Restart", func(c context.Context) outcome {
+			err := r.Restart(c, 0)
+			return outcome{fmt.Sprintf("%v", err), err != nil}
+		}})
+	}
+	if meta.Attach != nil {
+		calls = append(calls, struct {
+			what string
+			call func(context.Context) outcome
+		}{"Attach", func(c context.Context) outcome {
+			other, err := meta.Attach(c, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+			if err == nil {
+				_ = other.Close()
+			}
+			return outcome{fmt.Sprintf("%v", err), err != nil}
+		}})
+	}
 	tx, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin the transaction that locks the tables: %v", err)
@@ -91,6 +116,11 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 		t.Fatalf("pid: %v", err)
 	}
 	for _, c := range calls {
+		// The calls given up on before may still wait until their cancel
+		// reaches the server: none may be taken for this one's wait.
+		if err := awaitNoWaiter(ctx, admin, holder); err != nil {
+			t.Fatalf("before %s: %v", c.what, err)
+		}
 		callCtx, giveUp := context.WithCancel(ctx)
 		done := make(chan outcome, 1)
 		var box panicBox
@@ -108,10 +138,30 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 		o := <-done
 		box.rethrow()
 		if blocked && !o.ok {
-			t.Errorf("%s of a HELD reservation, waiting behind tables locked by another transaction until its caller gave up: %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD)", c.what, o.answer)
+			t.Errorf("%s, waiting behind tables locked by another transaction until its caller gave up (a HELD reservation in them): %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD; a node started from a guess sells again what is sold)", c.what, o.answer)
 		}
 	}
 	// What the calls that failed do once the lock is gone is unknown to
 	// their callers, as the contract says of any error: a node that
 	// serves transitions in batches of its own may still do them.
+}
+
+// awaitNoWaiter returns once no backend waits for a lock holder holds.
+func awaitNoWaiter(ctx context.Context, admin *pgxpool.Pool, holder int32) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := admin.QueryRow(ctx, sqlBlockedBy, holder).Scan(&n); err != nil {
+			return fmt.Errorf("read the lock waits: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d backends still wait behind the locked tables: %w", n, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

@@ -86,7 +86,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
 			behind.audit, strategy.Conserves},
-		{"a Lookup, Confirm or Release that waits behind tables another transaction has locked until its caller gives up returns an error, not NOT_FOUND, false or 0",
+		{"a Lookup, Confirm or Release that waits behind tables another transaction has locked until its caller gives up returns an error, not NOT_FOUND, false or 0; so do a Restart and an Attach",
 			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"an expiry job, a Release or a Confirm that waits behind an attempt held open on its SKU (another key), which then commits, moves its reservation once and reports it: one unit given back, or true",
 			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
