@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/pgtest/pgproxy"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
@@ -176,7 +177,7 @@ func (t *trial) proxyPool(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, e
 	// through a proxy still open).
 	t.onCleanup(func() {
 		_ = p.Close()
-		pool.Close()
+		_ = pgtest.CloseWithin(pool, 10*time.Second) // a leak is the trial's failed check (checkPoolReturned)
 	})
 	return p, pool, nil
 }

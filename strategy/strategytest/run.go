@@ -170,6 +170,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		if cerr := t.dep.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close: %w", cerr)
 		}
+		if err == nil {
+			t.checkPoolReturned(ctx)
+		}
 		t.runCleanups()
 		var na notApplicable
 		if errors.As(err, &na) {

@@ -344,6 +344,10 @@ const (
 	// connection keeps it, and the Reserves that borrow it next commit
 	// before their WAL is flushed.
 	expirySessionAsync
+	// releaseLeaksConn: Release takes a connection of the pool and gives
+	// it back after its statement, not in a defer: a statement that fails
+	// keeps it for good.
+	releaseLeaksConn
 	// purgeEnded: the expiry job deletes RELEASED and EXPIRED rows whose
 	// expires_at is a week past ("nobody resends a key after a week; the
 	// table stays small"): an old key is then new again.
@@ -1121,6 +1125,15 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
 			return 0, nil
 		}
+	} else if n.c.breaks == releaseLeaksConn {
+		var conn *pgxpool.Conn
+		if conn, err = n.c.db.Acquire(ctx); err != nil {
+			return 0, err
+		}
+		if err = conn.QueryRow(ctx, release, key, skus).Scan(&units); err != nil {
+			return 0, err // the mistake: the connection is never released
+		}
+		conn.Release()
 	} else {
 		err = n.c.db.QueryRow(ctx, release, key, skus).Scan(&units)
 	}

@@ -1,0 +1,37 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// poolReturnWait bounds how long a closed deployment may take to give its
+// pool's connections back (a batch or a cancel finishing).
+const poolReturnWait = 2 * time.Second
+
+// checkPoolReturned, at the end of every trial, once the deployment is
+// closed: every connection the strategy took from the pool it was given
+// (Config.DB) is back. A connection taken on an error path and never
+// released (a Release after the statement instead of a defer) is lost to
+// the application for good: a few faults later the pool is empty and every
+// request waits for ever, and closing the pool waits for ever too.
+func (t *trial) checkPoolReturned(ctx context.Context) {
+	pool := t.cfg.DB
+	if pool == nil {
+		return
+	}
+	deadline := time.Now().Add(poolReturnWait)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for pool.Stat().AcquiredConns() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	n := pool.Stat().AcquiredConns()
+	t.check(Base, "after Close, every connection the strategy took from its pool is back", n == 0,
+		fmt.Sprintf("%d connections still acquired %v after the deployment closed (taken and never released)", n, poolReturnWait), noRequest)
+}
