@@ -38,33 +38,20 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: key, User: "kit-blocked-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Reserve: %s, %v; want HELD", res.Outcome, err)
 	}
-	type outcome struct {
-		answer string
-		ok     bool // an error, or what the committed state says
-	}
-	calls := []struct {
-		what string
-		call func(context.Context) outcome
-	}{
+	calls := []blockedCall{
 		{"Lookup", func(c context.Context) outcome {
 			r, err := node.Lookup(c, key)
 			return outcome{fmt.Sprintf("%s, %v", r.Status, err), err != nil || r.Status == strategy.StatusHeld}
 		}},
 	}
 	if cf, ok := node.(strategy.Confirmer); ok {
-		calls = append(calls, struct {
-			what string
-			call func(context.Context) outcome
-		}{"Confirm", func(c context.Context) outcome {
+		calls = append(calls, blockedCall{"Confirm", func(c context.Context) outcome {
 			moved, err := cf.Confirm(c, key, strategy.ConfirmUntilExpired)
 			return outcome{fmt.Sprintf("%v, %v", moved, err), err != nil}
 		}})
 	}
 	if rl, ok := node.(strategy.Releaser); ok {
-		calls = append(calls, struct {
-			what string
-			call func(context.Context) outcome
-		}{"Release", func(c context.Context) outcome {
+		calls = append(calls, blockedCall{"Release", func(c context.Context) outcome {
 			n, err := rl.Release(c, key)
 			return outcome{fmt.Sprintf("%d, %v", n, err), err != nil}
 		}})
@@ -72,20 +59,15 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	// Last, as they end the node: a restart and an attach that cannot
 	// read what they start from fail; one that starts from a guess (the
 	// configured totals) sells again what is sold.
+	var starts []blockedCall
 	if r, ok := dep.(strategy.Restarter); ok {
-		calls = append(calls, struct {
-			what string
-			call func(context.Context) outcome
-		}{"Restart", func(c context.Context) outcome {
+		starts = append(starts, blockedCall{"Restart", func(c context.Context) outcome {
 			err := r.Restart(c, 0)
 			return outcome{fmt.Sprintf("%v", err), err != nil}
 		}})
 	}
 	if meta.Attach != nil {
-		calls = append(calls, struct {
-			what string
-			call func(context.Context) outcome
-		}{"Attach", func(c context.Context) outcome {
+		starts = append(starts, blockedCall{"Attach", func(c context.Context) outcome {
 			other, err := meta.Attach(c, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
 			if err == nil {
 				_ = other.Close()
@@ -93,6 +75,43 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 			return outcome{fmt.Sprintf("%v", err), err != nil}
 		}})
 	}
+	tables := lockTables(ctx, t, admin, nil, func(holder int32) {
+		for _, c := range append(calls, starts...) {
+			judgeBlocked(ctx, t, admin, holder, c, "tables locked by another transaction")
+		}
+	})
+	// Then one table at a time: a start that falls back to another table
+	// (the configured shares) when the one it counts from is locked is
+	// met only when that other table is free.
+	if len(tables) > 1 {
+		for _, tb := range tables {
+			lockTables(ctx, t, admin, []string{tb}, func(holder int32) {
+				for _, c := range starts {
+					judgeBlocked(ctx, t, admin, holder, c, "table "+tb+" locked by another transaction")
+				}
+			})
+		}
+	}
+	// What the calls that failed do once the lock is gone is unknown to
+	// their callers, as the contract says of any error: a node that
+	// serves transitions in batches of its own may still do them.
+}
+
+type outcome struct {
+	answer string
+	ok     bool // an error, or what the committed state says
+}
+
+type blockedCall struct {
+	what string
+	call func(context.Context) outcome
+}
+
+// lockTables locks these tables of the database (all of them: nil) in
+// ACCESS EXCLUSIVE mode in an admin transaction, runs with the holder's pid
+// and rolls back; it returns the tables of the database.
+func lockTables(ctx context.Context, t tester, admin *pgxpool.Pool, these []string, with func(holder int32)) []string {
+	t.Helper()
 	tx, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin the transaction that locks the tables: %v", err)
@@ -105,45 +124,51 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	if len(tables) == 0 {
 		t.Skip("the strategy keeps no tables in PostgreSQL: nothing to lock")
 	}
+	if these == nil {
+		these = tables
+	}
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
 		t.Fatalf("lock_timeout: %v", err)
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(tables, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(these, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatalf("lock the tables: %v", err)
 	}
 	var holder int32
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
 		t.Fatalf("pid: %v", err)
 	}
-	for _, c := range calls {
-		// The calls given up on before may still wait until their cancel
-		// reaches the server: none may be taken for this one's wait.
-		if err := awaitNoWaiter(ctx, admin, holder); err != nil {
-			t.Fatalf("before %s: %v", c.what, err)
-		}
-		callCtx, giveUp := context.WithCancel(ctx)
-		done := make(chan outcome, 1)
-		var box panicBox
-		go func() {
-			var o outcome
-			defer func() { done <- o }()
-			defer box.catch()
-			o = c.call(callCtx)
-		}()
-		blocked, err := awaitAnswerOrBlocked(ctx, admin, holder, done)
-		giveUp()
-		if err != nil {
-			t.Fatalf("%s behind the locked tables: %v", c.what, err)
-		}
-		o := <-done
-		box.rethrow()
-		if blocked && !o.ok {
-			t.Errorf("%s, waiting behind tables locked by another transaction until its caller gave up (a HELD reservation in them): %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD; a node started from a guess sells again what is sold)", c.what, o.answer)
-		}
+	with(holder)
+	return tables
+}
+
+// judgeBlocked makes the call, gives up on it once it is seen waiting for
+// holder (pg_blocking_pids), and wants an error from a call that waited.
+func judgeBlocked(ctx context.Context, t tester, admin *pgxpool.Pool, holder int32, c blockedCall, behind string) {
+	t.Helper()
+	// The calls given up on before may still wait until their cancel
+	// reaches the server: none may be taken for this one's wait.
+	if err := awaitNoWaiter(ctx, admin, holder); err != nil {
+		t.Fatalf("before %s: %v", c.what, err)
 	}
-	// What the calls that failed do once the lock is gone is unknown to
-	// their callers, as the contract says of any error: a node that
-	// serves transitions in batches of its own may still do them.
+	callCtx, giveUp := context.WithCancel(ctx)
+	done := make(chan outcome, 1)
+	var box panicBox
+	go func() {
+		var o outcome
+		defer func() { done <- o }()
+		defer box.catch()
+		o = c.call(callCtx)
+	}()
+	blocked, err := awaitAnswerOrBlocked(ctx, admin, holder, done)
+	giveUp()
+	if err != nil {
+		t.Fatalf("%s behind %s: %v", c.what, behind, err)
+	}
+	o := <-done
+	box.rethrow()
+	if blocked && !o.ok {
+		t.Errorf("%s, waiting behind %s until its caller gave up (a HELD reservation in them): %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD; a node started from a guess sells again what is sold)", c.what, behind, o.answer)
+	}
 }
 
 // awaitNoWaiter returns once no backend waits for a lock holder holds.
