@@ -363,6 +363,9 @@ func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 				na.Available = int(c.n.Load())
 			}
 		}
+		if d.opts.AuditFromLog {
+			na.Available = max(0, na.Share-na.Active) // the mistake
+		}
 		a.Available += na.Available
 		a.Active += na.Active
 		a.Nodes = append(a.Nodes, na)

@@ -191,6 +191,12 @@ type Options struct {
 	// (a lock, a timeout) starts the node from its share of the total
 	// instead of failing ("a node that will not start is worse").
 	RestartFallsBack bool
+	// AuditFromLog is a deliberate mistake, for the negative controls of
+	// table 28-1 only: Audit reports each node's available as its share
+	// minus its active rows in the log ("reproducible from the database
+	// alone"), not its live counter, so a unit lost from memory shows as
+	// available and no drift.
+	AuditFromLog bool
 	// SettleByKey is a deliberate mistake, for the negative controls of
 	// table 28-1 only: Settle looks for a unit in doubt's row by its key
 	// alone, not its key and attempt, so a row another attempt of the same

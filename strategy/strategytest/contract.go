@@ -128,6 +128,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSKUsApart(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"1,000 days later (every time stored for a SKU moved 1,000 days back, node 0 restarted where it claims to survive it, the expiry job run), a paid unit stays sold, the others sell once more, and every old key is still its own, found by Lookup",
 			func(r tester) { checkYearsLater(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"an Audit's Available is what then sells: after a sale (and, for a strategy that counts stock in a node's memory, a request that died mid-reserve), exactly that many units are HELD before SOLD_OUT",
+			func(r tester) { checkAuditIsWhatSells(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one user holds a unit of each of 64 SKUs at once: the limit is one active reservation per user and SKU, none across SKUs",
 			func(r tester) { checkOneUserManySKUs(r, t.env.Meta, t.env.DB, rs) }, Base},
 		// The costly checks (a wait for the clock, hundreds or thousands of
