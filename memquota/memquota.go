@@ -197,6 +197,12 @@ type Options struct {
 	// alone"), not its live counter, so a unit lost from memory shows as
 	// available and no drift.
 	AuditFromLog bool
+	// GiveUpIsRollback is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a session's COMMIT that fails because its caller
+	// gave up is taken for a rollback ("a cancelled statement does not
+	// happen"), and its units go back to the counter, though the COMMIT
+	// may have happened.
+	GiveUpIsRollback bool
 	// SettleByKey is a deliberate mistake, for the negative controls of
 	// table 28-1 only: Settle looks for a unit in doubt's row by its key
 	// alone, not its key and attempt, so a row another attempt of the same

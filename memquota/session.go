@@ -122,7 +122,7 @@ func (s *session) aroundCommit(ctx context.Context, commit func(context.Context)
 	}
 	err := commit(ctx)
 	switch {
-	case errors.Is(err, pgx.ErrTxCommitRollback):
+	case errors.Is(err, pgx.ErrTxCommitRollback), err != nil && ctx.Err() != nil && s.n.d.opts.GiveUpIsRollback: // the second: the mistake
 		s.giveBack()
 		return err
 	case err != nil: // the commit may have happened: Settle will tell

@@ -32,7 +32,8 @@ import (
 // gives then is the one checked: it must be unknown too.
 func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.proxy.LoseCancels(true)
-	waves := t.in.Stock[:len(t.in.Stock)-1] // the last SKU is the release's
+	waves := t.in.Stock[:len(t.in.Stock)-2] // the last two SKUs are the session's and the release's
+	sessionSKU := t.sku(t.in.Stock[len(t.in.Stock)-2].SKU)
 	relKey, err := t.holdToRelease(ctx)
 	if err != nil {
 		return err
@@ -42,7 +43,9 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	}
 	// A second is far more than a reservation needs to reach its COMMIT, even
 	// under -race on a loaded machine; the COMMIT then waits for ever.
+	sessionDone := t.commitSessionWhileWaiting(ctx, sessionSKU, time.Second)
 	t.loadOver(ctx, waves, t.in.Requests, "slow", time.Second)
+	sessionOp, sessionRan := <-sessionDone
 	relErr := t.releaseWhileWaiting(ctx, relKey)
 	ok, fail, info := t.countTypesOf("slow")
 	t.vary("first wave: answered before the clients' deadline (the strategy's own deadline fired first)", t.answeredWithin("slow", time.Second*9/10))
@@ -107,6 +110,11 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	// many of each is the machine's doing, not the strategy's: counted, not
 	// a fact. The trial's audit comes after the resends.
 	committed, answers := t.resend(ctx, unknown, durable)
+	if sessionRan {
+		if err := t.sellAfterSession(ctx, sessionOp, sessionSKU); err != nil {
+			return err
+		}
+	}
 	t.vary("unknown outcomes that had committed", committed)
 	t.vary("unknown outcomes that had not committed", len(unknown)-committed)
 	for _, o := range strategy.Outcomes {
@@ -220,4 +228,61 @@ func (t *trial) loadOver(ctx context.Context, stock []StockInput, n int, prefix 
 	t.loadStock = stock
 	defer func() { t.loadStock = nil }()
 	t.load(ctx, n, prefix, timeout, nil, nil, nil)
+}
+
+// commitSessionWhileWaiting, for a strategy with attempts held open
+// (strategy.SessionOpener), reserves the session SKU's unit in one on node
+// 0 and commits it with a client deadline of d, while COMMITs wait for the
+// absent standby: its Commit fails with the deadline although the
+// transaction commits once the standby is back. The op is recorded like
+// any reserve (unknown when Reserve or Commit failed) and sent on the
+// channel; the channel is closed without one when there is no session.
+func (t *trial) commitSessionWhileWaiting(ctx context.Context, sku string, d time.Duration) chan Op {
+	done := make(chan Op, 1)
+	opener, ok := t.node(0).(strategy.SessionOpener)
+	if !ok {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		rctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		req := strategy.Request{Key: t.key("session-0000"), User: t.user("user-session-0000"), SKU: sku, TTL: strategy.TTLForever}
+		op := Op{Process: "session", Node: 0, Req: req, Invoke: t.hist.Begin()}
+		sess, err := opener.OpenSession(rctx)
+		if err != nil {
+			done <- t.hist.End(reserveOp(op, strategy.Result{}, err))
+			return
+		}
+		res, err := sess.Reserve(rctx, req)
+		if err == nil {
+			err = sess.Commit(rctx)
+		} else {
+			_ = sess.Rollback(context.WithoutCancel(ctx))
+		}
+		done <- t.hist.End(reserveOp(op, res, err))
+	}()
+	return done
+}
+
+// sellAfterSession sends a new request for the session's SKU (one unit)
+// on the session's node once every COMMIT is done: where the session's
+// reservation committed, it must not be HELD. A strategy that took the
+// COMMIT its caller gave up on for a rollback, and gave the unit back to a
+// counter, sells it a second time here.
+func (t *trial) sellAfterSession(ctx context.Context, session Op, sku string) error {
+	got, err := t.node(0).Lookup(ctx, session.Req.Key)
+	if err != nil {
+		return fmt.Errorf("lookup of the session's reservation: %w", err)
+	}
+	if session.Type == OpInfo {
+		t.vary("session: attempt held open answered unknown", 1)
+	}
+	op := t.reserve(ctx, "after-session", 0, strategy.Request{Key: t.key("after-session"), User: t.user("user-after-session"), SKU: sku, TTL: strategy.TTLForever})
+	if got.Status == strategy.StatusHeld {
+		t.check(strategy.NoOversell, "a session whose COMMIT its caller gave up on, and which committed, keeps its unit: a new request for its SKU of one unit is not HELD",
+			op.Outcome != strategy.OutcomeHeld, fmt.Sprintf("the session's %s is HELD, and %s got %s", t.plain(session.Req.Key), t.plain(op.Req.Key), op.Outcome), op.Req.Key)
+	}
+	return nil
 }
