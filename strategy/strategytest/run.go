@@ -144,6 +144,9 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 				return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
 			}
 		}
+		if t.cfg.DB != nil {
+			t.acquiredBefore = t.cfg.DB.Stat().AcquiredConns()
+		}
 		dep, err := env.Meta.Open(ctx, t.cfg)
 		if err != nil {
 			t.runCleanups()
@@ -313,6 +316,9 @@ type trial struct {
 	cfg    strategy.Config
 	dep    strategy.Deployment
 	caps   strategy.Capabilities // of dep, probed once at Open
+	// acquiredBefore is how many of cfg.DB's connections were acquired
+	// before Open (checkPoolReturned).
+	acquiredBefore int32
 	// proxy stands between dep and the server when the kind asks for it
 	// (requirement.proxy); the harness's own pools go direct.
 	proxy *pgproxy.Proxy
