@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -128,18 +129,34 @@ func checkExpiryJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[
 	}
 }
 
+// confirmOffsets are when checkConfirmJustPast confirms, each reservation
+// at one offset from its own expires_at. A margin on either side shows in
+// a call that lands between the margin and expires_at: a grace past it
+// (clockSlack and beyond) in the calls after, a margin before it in the
+// dense calls of the last 50 ms, which a margin of a few tens of
+// milliseconds ("clock skew") refuses. One call there suffices, and a call
+// slower than the window it landed in cannot show it, so there are many:
+// each starts on its own at its moment, not after the one before, so a slow
+// call (a loaded machine, a Confirm that queues) never pushes the rest out
+// of the window.
+var confirmOffsets = []time.Duration{
+	-160 * time.Millisecond, -120 * time.Millisecond, -80 * time.Millisecond,
+	-48 * time.Millisecond, -42 * time.Millisecond, -36 * time.Millisecond, -30 * time.Millisecond,
+	-24 * time.Millisecond, -18 * time.Millisecond, -12 * time.Millisecond, -6 * time.Millisecond,
+	0, 40 * time.Millisecond, 120 * time.Millisecond, 160 * time.Millisecond,
+	200 * time.Millisecond, 240 * time.Millisecond, 280 * time.Millisecond,
+}
+
 // checkConfirmJustPast: reservations that fall due together are confirmed
-// one by one, every justPastStep, from before expires_at to after it; a
-// confirm that began more than clockSlack after expires_at must refuse, one
-// that returned more than earlySlack before it (the server's clock) must
-// move the row.
+// one each at the moments of confirmOffsets, from before its expires_at to
+// after it; a confirm that began more than clockSlack after expires_at must
+// refuse, one that returned more than earlySlack before it (the server's
+// clock) must move the row.
 func checkConfirmJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// Calls from 4 steps before the expiry to 7 after it.
-	const before, after = 4, 7
-	ttls := make([]time.Duration, before+after)
+	ttls := make([]time.Duration, len(confirmOffsets))
 	for i := range ttls {
 		ttls[i] = justPastTTL
 	}
@@ -149,28 +166,51 @@ func checkConfirmJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	if !ok {
 		t.Skip("no Confirm (strategy.Confirmer)")
 	}
-	start := latest(expires).Add(-before * justPastStep)
-	if wait := time.Until(start); wait > 0 {
-		<-time.After(wait)
+	// The earliest offset goes to the earliest expires_at, so the moments
+	// come in the order of the offsets however the holds spread.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
 	}
-	tick := time.NewTicker(justPastStep)
-	defer tick.Stop()
+	slices.SortFunc(order, func(a, b int) int { return expires[a].Compare(expires[b]) })
+	type call struct {
+		began, returned time.Time
+		ok              bool
+		err             error
+	}
+	calls := make([]call, len(keys))
+	var wg sync.WaitGroup
+	for n, i := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if wait := time.Until(expires[i].Add(confirmOffsets[n])); wait > 0 {
+				<-time.After(wait)
+			}
+			c := &calls[i]
+			c.began = time.Now()
+			c.ok, c.err = confirmer.Confirm(ctx, keys[i], strategy.ConfirmBeforeExpiry)
+			if c.err != nil {
+				c.err = fmt.Errorf("Confirm %s: %w", keys[i], c.err)
+				return
+			}
+			// serverNow's Fatalf belongs to the test's goroutine.
+			if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&c.returned); err != nil {
+				c.err = fmt.Errorf("reading the server's clock: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
 	var late, refused []string
-	for i, k := range keys {
-		if i > 0 {
-			<-tick.C
-		}
-		began := time.Now()
-		ok, err := confirmer.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
-		if err != nil {
-			t.Fatalf("Confirm %s: %v", k, err)
-		}
-		returned := serverNow(ctx, t, db)
+	for _, i := range order {
+		c, k := calls[i], keys[i]
 		switch {
-		case ok && began.Sub(expires[i]) > clockSlack:
-			late = append(late, fmt.Sprintf("%s, %s after its expires_at", k, began.Sub(expires[i]).Round(time.Millisecond)))
-		case !ok && expires[i].Sub(returned) > earlySlack:
-			refused = append(refused, fmt.Sprintf("%s, %s before its expires_at", k, expires[i].Sub(returned).Round(time.Microsecond)))
+		case c.err != nil:
+			t.Fatal(c.err)
+		case c.ok && c.began.Sub(expires[i]) > clockSlack:
+			late = append(late, fmt.Sprintf("%s, %s after its expires_at", k, c.began.Sub(expires[i]).Round(time.Millisecond)))
+		case !c.ok && expires[i].Sub(c.returned) > earlySlack:
+			refused = append(refused, fmt.Sprintf("%s, %s before its expires_at", k, expires[i].Sub(c.returned).Round(time.Microsecond)))
 		}
 	}
 	if len(late) > 0 {
