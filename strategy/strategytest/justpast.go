@@ -30,10 +30,6 @@ import (
 // machine, short enough that the checks take about a second.
 const justPastTTL = 400 * time.Millisecond
 
-// justPastStep is how often the checks act once the reservations are
-// close to due: a lag or a grace longer than clockSlack plus a step shows.
-const justPastStep = 40 * time.Millisecond
-
 // checkJustPast runs checkExpiryJustPast and checkConfirmJustPast side by
 // side, on deployments of their own, and reports what each found.
 func checkJustPast(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
@@ -117,13 +113,18 @@ func expiryRound(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 	if !ok {
 		t.Skip("no expiry job (strategy.Expirer)")
 	}
-	first, last := slices.MinFunc(expires, time.Time.Compare), latest(expires)
-	deadline := last.Add(clockSlack + 10*justPastStep)
+	first := slices.MinFunc(expires, time.Time.Compare)
 	if wait := time.Until(first.Add(-2 * confirmWindow)); wait > 0 {
 		<-time.After(wait)
 	}
+	// No wall-clock deadline ends the runs: on a loaded machine one run may
+	// take longer than the whole stagger, and what is judged is each run
+	// against the moment it began. The loop ends when every reservation
+	// moved, or at the first run that began more than clockSlack after the
+	// expires_at of one it left HELD (a violation); ctx bounds a job that
+	// never returns.
 	moved := map[string]bool{}
-	for len(moved) < len(keys) && time.Now().Before(deadline) {
+	for len(moved) < len(keys) {
 		began := time.Now()
 		units, err := expirer.ExpireDue(ctx)
 		if err != nil {
@@ -165,10 +166,6 @@ func expiryRound(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 			t.Errorf("a run reported %d units; it moved %d reservations to EXPIRED", units, now)
 			failed = true
 		}
-	}
-	if len(moved) < len(keys) {
-		t.Errorf("%d of %d reservations still HELD %s after they fell due", len(keys)-len(moved), len(keys), time.Since(last).Round(time.Millisecond))
-		failed = true
 	}
 	return failed, chances
 }
@@ -301,14 +298,4 @@ func confirmRound(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 		}
 	}
 	return late, refused, inWindow
-}
-
-func latest(ts []time.Time) time.Time {
-	var out time.Time
-	for _, t := range ts {
-		if t.After(out) {
-			out = t
-		}
-	}
-	return out
 }
