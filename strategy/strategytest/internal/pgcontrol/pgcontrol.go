@@ -97,8 +97,11 @@ func SetSyncStandby(ctx context.Context, admin *pgxpool.Pool, name string) error
 }
 
 // canaryCommitHangs commits a transaction that has an xid and wrote WAL (a
-// transaction that wrote none never waits for a standby) and reports whether
-// its COMMIT was still waiting after 100ms.
+// transaction that wrote none never waits for a standby) and reports
+// whether its COMMIT waited for a standby: its backend was seen in
+// pg_stat_activity with wait_event SyncRep (true), or the COMMIT returned
+// (false). The state decides, not a timeout, so a COMMIT that is only slow
+// (a loaded machine) is not taken for one that waits.
 func canaryCommitHangs(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -113,15 +116,31 @@ func canaryCommitHangs(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 		_ = tx.Rollback(ctx)
 		return false, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	pid := conn.Conn().PgConn().PID()
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err = tx.Commit(cctx)
-	if err == nil {
-		return false, nil
+	done := make(chan error, 1)
+	go func() { done <- tx.Commit(cctx) }()
+	for {
+		select {
+		case err := <-done:
+			return false, err
+		case <-time.After(5 * time.Millisecond): // paces the probe; the decision is the backend's state
+		}
+		var waits bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep')`, pid).Scan(&waits); err != nil {
+			cancel()
+			<-done
+			conn.Conn().Close(ctx)
+			return false, fmt.Errorf("reading the canary's wait event: %w", err)
+		}
+		if waits {
+			cancel()
+			if err := <-done; err == nil {
+				return true, nil // the cancel reached it first; it waited all the same
+			}
+			conn.Conn().Close(ctx) // cancelled mid-COMMIT: this connection is unusable
+			return true, nil
+		}
 	}
-	if cctx.Err() != nil {
-		conn.Conn().Close(ctx) // it timed out mid-COMMIT: this connection is unusable
-		return true, nil
-	}
-	return false, err
 }
