@@ -27,7 +27,7 @@ const (
 	// one-statement reservation that writes its row can do (the
 	// insert-update control of pgbench.go is the same statement, with
 	// available > 0 in its WHERE instead of the CHECK refusing, and without
-	// RETURNING). The insert comes first so that the row and its three
+	// RETURNING). The insert comes first so that the row and its two
 	// index entries are written before the row lock is taken: the lock
 	// covers only the decrement and the commit, as in the bare UPDATE.
 	//
