@@ -23,6 +23,11 @@
 //     deployment's config before it touches the database, as slotrows and
 //     memquota do, and a trigger keeps every stock row in place.
 //
+// Its reservation table also writes fewer index entries than hotrow's: the
+// key is the primary key (no surrogate id), and there is no index of due
+// HELD rows (the expiry job scans the one-active index; schema.sql says
+// what that saved and what it costs).
+//
 // # The statement
 //
 //	WITH ins AS (INSERT INTO onetrip_reservation ... VALUES (...) RETURNING sku, expires_at)
