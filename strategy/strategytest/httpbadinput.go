@@ -157,11 +157,21 @@ func runHTTPBadInput(ctx context.Context, t *trial) error {
 	var wrong, written []string
 	byCode := map[int]int{}
 	var keys []string
+	stalled := 0
 	for i, b := range badHTTPRequests {
 		valid := strategy.Request{Key: t.key(fmt.Sprintf("req-bad-%02d", i)), User: t.user("user-0042"), SKU: sku, TTL: time.Minute}
 		keys = append(keys, valid.Key)
 		data, half := b.build(valid)
 		a, err := f.raw(data, half)
+		// A request whose whole text is written at once and still meets the
+		// read timeout met a stall of the client between its dial and its
+		// write (a loaded machine); it is sent again, once, on a new
+		// connection. A front that times out a request it had whole still
+		// fails: it does so again.
+		if err == nil && b.code != http.StatusRequestTimeout && b.code != 0 && a.code == http.StatusRequestTimeout {
+			stalled++
+			a, err = f.raw(data, half)
+		}
 		switch {
 		case err != nil:
 			wrong = append(wrong, fmt.Sprintf("%s: %v", b.name, err))
@@ -210,6 +220,7 @@ func runHTTPBadInput(ctx context.Context, t *trial) error {
 		codes = append(codes, fmt.Sprintf("%s x%d", label, n))
 	}
 	sort.Strings(codes)
+	t.vary("malformed HTTP requests sent again after a read timeout their whole text should not have met", stalled)
 	n := len(badHTTPRequests)
 	t.fact("malformed HTTP requests answered as expected", "%d of %d (%s)", n-len(wrong), n, strings.Join(codes, ", "))
 	t.check(Base, "a malformed HTTP request gets its status and a JSON answer naming the refusal", len(wrong) == 0, strings.Join(wrong, "; "))
