@@ -42,7 +42,7 @@ soak: deps
 test-short: deps
 	$(GO) test -short -count=1 ./...
 
-## bench: the performance sweep, fsync on (docs/performance.md, docs/perf/), planned for 15 minutes on 2 cores (18 measured on a VM that forks a backend in 10 ms)
+## bench: the performance sweep, fsync on (docs/performance.md, docs/perf/), planned for 15 minutes on 2 cores (12 to 22 measured, by VM)
 bench: deps
 	$(GO) run ./cmd/reservebench-bench
 
