@@ -359,6 +359,11 @@ const (
 	// canonical form of user_id, lower case without a +tag
 	// ("anti-scalping: one inbox, one customer").
 	userAliasFolded
+	// resendUnsureThenReplay: a request whose earlier attempt failed with
+	// an error, sent again, fails once more (as a resend that meets a
+	// deadline on a loaded machine does), then is answered REPLAY without
+	// a row ("it failed twice: the first must have gone through").
+	resendUnsureThenReplay
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -523,7 +528,8 @@ type control struct {
 	nodes        []*node
 	firstRunDied atomic.Bool // splitRelease: the first expiry run has died
 	soldOut      sync.Map    // soldOutFirst: the SKUs answered SOLD_OUT
-	failed       sync.Map    // resendAfterErrorSoldOut: the keys whose attempt failed
+	failed       sync.Map    // resendAfterErrorSoldOut, resendUnsureThenReplay: the keys whose attempt failed
+	resent       sync.Map    // resendUnsureThenReplay: the failed keys whose resend has failed too
 }
 
 type node struct {
@@ -807,6 +813,12 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 	if _, failed := n.c.failed.Load(req.Key); failed {
 		if r, err := n.c.lookupIn(ctx, n.c.db, req.Key); err == nil && r.Status == strategy.StatusNotFound {
+			if n.c.breaks == resendUnsureThenReplay {
+				if _, again := n.c.resent.LoadOrStore(req.Key, true); !again {
+					return strategy.Result{}, fmt.Errorf("ctl: resend of %q: %w", req.Key, context.DeadlineExceeded)
+				}
+				return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}}, nil
+			}
 			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 		}
 	}
@@ -826,7 +838,7 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
 	})
-	if err != nil && n.c.breaks == resendAfterErrorSoldOut {
+	if err != nil && (n.c.breaks == resendAfterErrorSoldOut || n.c.breaks == resendUnsureThenReplay) {
 		n.c.failed.Store(req.Key, true)
 	}
 	if err != nil && n.c.breaks == errorIsSoldOut {
