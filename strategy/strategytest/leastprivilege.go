@@ -133,6 +133,9 @@ func runLeastPrivilege(ctx context.Context, t *trial) error {
 	if err := t.checkNoGrantOption(ctx, lp); err != nil {
 		return err
 	}
+	if err := t.checkDefinerFunctions(ctx, lp); err != nil {
+		return err
+	}
 	return t.checkPrivilegesUsed(ctx, lp)
 }
 

@@ -364,6 +364,10 @@ const (
 	// deadline on a loaded machine does), then is answered REPLAY without
 	// a row ("it failed twice: the first must have gone through").
 	resendUnsureThenReplay
+	// definerRestock: Meta.Setup also creates a SECURITY DEFINER restock
+	// function for an operator's console and never revokes EXECUTE from
+	// PUBLIC: any role raises a SKU's total through it.
+	definerRestock
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded

@@ -104,9 +104,10 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 // strategy A needs (SELECT, INSERT and UPDATE; USAGE on the sequence) and
 // the control's mistake: ALL on them (grantsAll), the same WITH GRANT
 // OPTION (grantOption), ALL on the sequence (grantsSequenceAll), UPDATE
-// of the stock's total (grantsTotal).
+// of the stock's total (grantsTotal), a SECURITY DEFINER restock function
+// that PUBLIC may execute (definerRestock).
 func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
-	if s.b != grantsAll && s.b != grantOption && s.b != grantsSequenceAll && s.b != grantsTotal {
+	if s.b != grantsAll && s.b != grantOption && s.b != grantsSequenceAll && s.b != grantsTotal && s.b != definerRestock {
 		return nil
 	}
 	return func(ctx context.Context, cfg strategy.SetupConfig) error {
@@ -138,6 +139,10 @@ func setupOf(s spec) func(context.Context, strategy.SetupConfig) error {
 			case grantsTotal:
 				grants[0] = tb.q("GRANT SELECT, INSERT, UPDATE ON TABLE {reservation} TO ") + role
 				grants = append(grants, tb.q("GRANT SELECT, INSERT, UPDATE (available, total) ON TABLE {stock} TO ")+role)
+			case definerRestock:
+				grants = append(grants, tb.q(`CREATE OR REPLACE FUNCTION {stock}_restock(p_sku text, p_units int) RETURNS int
+LANGUAGE sql SECURITY DEFINER SET search_path = public AS
+$$ UPDATE {stock} SET total = total + p_units, available = available + p_units WHERE sku = p_sku RETURNING available $$`))
 			}
 			for _, stmt := range grants {
 				if _, err := tx.Exec(ctx, stmt); err != nil {
