@@ -76,6 +76,19 @@ type Options struct {
 	// another key than a plain request does, so the two never exclude
 	// each other and both count the last unit as free.
 	SessionLockApart bool
+	// ServerDefaultIsolation is a deliberate mistake, for the negative
+	// controls of table 28-1 only: transactions begin at the server's
+	// default level, which a DBA may have set to REPEATABLE READ; a request
+	// that waited for the lock then counts from before the wait.
+	ServerDefaultIsolation bool
+}
+
+// isolation is the level the transactions begin at.
+func (o Options) isolation() pgx.TxIsoLevel {
+	if o.ServerDefaultIsolation {
+		return ""
+	}
+	return pgx.ReadCommitted
 }
 
 // Meta describes the strategy for the registry.
@@ -87,9 +100,9 @@ func New(opts Options) strategy.Meta {
 		Name:        Name,
 		Description: "no counter: per-SKU advisory lock, count active rows, insert",
 		Correctness: "the count and the insert happen under one per-SKU lock held until commit",
-		// The transactions begin at the server's default level, and the
-		// count relies on it being READ COMMITTED: a snapshot taken after
-		// the lock was granted.
+		// The transactions begin at READ COMMITTED by name: the count relies
+		// on a snapshot taken after the lock was granted, which the server's
+		// default, if a DBA set it to REPEATABLE READ, would not give.
 		Isolation: "read committed",
 		Retry:     "none: the lock serialises the SKU's reservations, nothing can fail for another's sake",
 		Claims: strategy.NoOversell | strategy.IdempotentKey | strategy.OneActivePerUser | strategy.ReturnOnce |
@@ -271,7 +284,10 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 	var res strategy.Result
 	var badReq error
-	err := pgx.BeginFunc(ctx, n.d.db, func(tx pgx.Tx) error {
+	// READ COMMITTED by name, never the server's default: reserveIn counts
+	// with statements that each take a snapshot after the lock was granted,
+	// and a default of REPEATABLE READ would count from before the wait.
+	err := pgx.BeginTxFunc(ctx, n.d.db, pgx.TxOptions{IsoLevel: n.d.opts.isolation()}, func(tx pgx.Tx) error {
 		var err error
 		res, err = reserveIn(ctx, tx, req, lockSKUSQL)
 		if errors.Is(err, strategy.ErrBadRequest) {
@@ -420,7 +436,7 @@ func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, e
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	tx, err := n.BeginTx(ctx, n.d.db, Name, "", pgstrategy.TxHooks{})
+	tx, err := n.BeginTx(ctx, n.d.db, Name, n.d.opts.isolation(), pgstrategy.TxHooks{})
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, e
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
 	s := &session{n: n}
-	tx, err := n.BeginTx(ctx, n.d.db, Name, "", pgstrategy.TxHooks{
+	tx, err := n.BeginTx(ctx, n.d.db, Name, pgx.ReadCommitted, pgstrategy.TxHooks{
 		AroundCommit:  s.aroundCommit,
 		AfterRollback: s.giveBack,
 	})

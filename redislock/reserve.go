@@ -66,7 +66,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		}
 	}()
 	var res strategy.Result
-	err = pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, d.db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		var err error
 		res, err = d.underLock(ctx, tx, req)
 		return err

@@ -40,7 +40,7 @@ func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, e
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
 	s := &session{d: n.d, locks: map[string]*held{}}
-	tx, err := n.BeginTx(ctx, n.d.db, Name, "", pgstrategy.TxHooks{
+	tx, err := n.BeginTx(ctx, n.d.db, Name, pgx.ReadCommitted, pgstrategy.TxHooks{
 		AroundCommit: func(ctx context.Context, commit func(context.Context) error) error {
 			err := commit(ctx)
 			s.releaseAll(context.WithoutCancel(ctx)) // after the commit, never before

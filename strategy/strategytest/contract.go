@@ -76,6 +76,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a plain request beside an attempt held open on the last unit waits or is refused, and one reservation holds the unit",
 			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+		{"the same where the database's default isolation is REPEATABLE READ (a DBA's ALTER DATABASE ... SET default_transaction_isolation): a strategy written for READ COMMITTED says so in its BEGIN",
+			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"two requests waiting together behind an attempt that commits a reservation for the first one's user: the first is refused, the second gets the unit that is left (never SOLD_OUT while a unit is left)",
 			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
 		{"a request whose client gave up while it waited behind its own twin, an attempt held open on another node that then commits, is resolved by its own attempt: no unit lost",

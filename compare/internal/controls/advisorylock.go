@@ -5,11 +5,17 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// advisorylockMistakes are advisorylock with one mistake in the lock its
-// attempts held open take, claiming what advisorylock claims.
+// advisorylockMistakes are advisorylock with one mistake each (in the lock
+// its attempts held open take, or in the isolation level its transactions
+// begin at), claiming what advisorylock claims.
 func advisorylockMistakes() []Control {
 	return []Control{fromStrategy(advisorylock.New(advisorylock.Options{SessionLockApart: true}),
 		"ctl-session-lock-apart", "advisorylock with one mistake", "C28-14",
 		"an attempt held open takes the SKU's advisory lock under another key than a plain request: the two never exclude each other, and both take the last unit",
-		expect("deployment-contract", strategy.NoOversell))}
+		expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(advisorylock.New(advisorylock.Options{ServerDefaultIsolation: true}),
+			"ctl-advisory-default-isolation", "advisorylock with one mistake", "new",
+			"transactions begin at the server's default isolation level, which a DBA set to REPEATABLE READ: a request that waited for the SKU's lock counts from a snapshot taken before the wait, and takes the unit the holder sold",
+			expect("deployment-contract", strategy.NoOversell)),
+	}
 }
