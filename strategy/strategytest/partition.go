@@ -44,8 +44,11 @@ func init() {
 					return fmt.Errorf("fault %q: want one of statement-drop, commit-drop, statement-blackhole, commit-blackhole, dark", f)
 				}
 			}
-			if in.Requests+2*in.Hits > in.Stock[0].Total || len(in.Stock) != 1 {
-				return errors.New("need one SKU with stock for every request, the hits' retries included")
+			if len(in.Stock) < 1 || len(in.Stock) > 2 || in.Requests+2*in.Hits > in.Stock[0].Total {
+				return errors.New("need one SKU with stock for every request, the hits' retries included, and at most one more (the cut transitions')")
+			}
+			if len(in.Stock) == 2 && in.Stock[1].Total < 3 {
+				return errors.New("the cut transitions' SKU needs a unit for each of Confirm, Release and ExpireDue")
 			}
 			return nil
 		},
@@ -77,8 +80,10 @@ const darkDeadline = 200 * time.Millisecond
 // Every request on a cut connection must end unknown, never with a definite
 // answer; once the server has ended its backend, the request is sent again
 // with the same key (the contract says that is safe): REPLAY when the first
-// attempt committed, HELD when it did not. The trial's history and audit
-// are then checked as every trial's are: nothing lost, doubled or drifting.
+// attempt committed, HELD when it did not. In the drop trials, with a second
+// SKU listed, the transitions are cut too (partitionTransitions). The
+// trial's history and audit are then checked as every trial's are: nothing
+// lost, doubled or drifting.
 func runPartition(ctx context.Context, t *trial) error {
 	mode := t.in.Faults[(t.n-1)%len(t.in.Faults)]
 	fault := partitionFaults[mode]
@@ -87,6 +92,7 @@ func runPartition(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	t.loadStock = t.in.Stock[:1] // a second SKU is the cut transitions' (partitioncuts.go)
 	label := "fault " + mode
 	var hits []pgproxy.Hit
 	var cut, failedAfter []Op // the requests of the cut connections; those that failed once it healed
@@ -129,7 +135,13 @@ func runPartition(ctx context.Context, t *trial) error {
 	if err := t.resolveByRetry(ctx, label, cut, hits); err != nil {
 		return err
 	}
-	return t.resolveByRetry(ctx, "", failedAfter, nil)
+	if err := t.resolveByRetry(ctx, "", failedAfter, nil); err != nil {
+		return err
+	}
+	if len(t.in.Stock) == 2 && fault.Action == pgproxy.Drop {
+		return t.partitionTransitions(ctx, p, mode, fault.Point)
+	}
+	return nil
 }
 
 // behindProxy starts a proxy in front of Env.DB's server and replaces the

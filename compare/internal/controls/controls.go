@@ -434,6 +434,7 @@ func All() []Control {
 	out = append(out, combineMistakes()...)
 	out = append(out, onetripMistakes()...)
 	out = append(out, advisorylockMistakes()...)
+	out = append(out, cutMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
