@@ -108,6 +108,12 @@ const (
 	// '}' breaks the hash tag; eight hex digits are safe"): two SKUs whose
 	// CRC-32 is equal share one counter.
 	SKUNameHashed
+	// UndoReleaseOnError: a Release whose give-back to Redis fails sets
+	// its row back to HELD ("the unit did not come back, so the release
+	// did not happen"), although a give-back whose reply was lost may have
+	// run: the unit is then free in Redis and held by the row, and sells
+	// twice.
+	UndoReleaseOnError
 )
 
 func (o Options) keep() Keep {

@@ -23,6 +23,11 @@ const (
 UPDATE rediscounter_reservation SET status = 'CONFIRMED', updated_at = now()
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD' AND ($3 OR expires_at >= now())`
 
+	// sqlUndoRelease is the mistake UndoReleaseOnError's undo.
+	sqlUndoRelease = `
+UPDATE rediscounter_reservation SET status = 'HELD', updated_at = now()
+WHERE request_key = $1 AND sku = ANY($2) AND status = 'RELEASED'`
+
 	sqlRelease = `
 UPDATE rediscounter_reservation SET status = 'RELEASED', updated_at = now()
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
@@ -111,6 +116,9 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
 	}
 	if _, err := n.d.giveBack(ctx, moved); err != nil {
+		if n.d.mistake == UndoReleaseOnError {
+			_, _ = n.d.db.Exec(ctx, sqlUndoRelease, key, n.d.skus)
+		}
 		return 0, fmt.Errorf("%s: release %q: the row moved, the unit did not come back: %w", Name, key, err)
 	}
 	if len(moved) == 0 {
