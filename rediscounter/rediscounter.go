@@ -114,6 +114,11 @@ const (
 	// run: the unit is then free in Redis and held by the row, and sells
 	// twice.
 	UndoReleaseOnError
+	// ExpireCountsOnly: the expiry job gives its units back with one
+	// INCRBY per row moved ("the job moved the rows, so the units are
+	// owed"), leaving the keys' markers in Redis: a release of an expired
+	// hold then finds its marker and gives the unit back again.
+	ExpireCountsOnly
 )
 
 func (o Options) keep() Keep {
