@@ -79,15 +79,26 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	req := func(i int) strategy.Request {
 		return strategy.Request{Key: t.key(fmt.Sprintf("req-stall-%03d", i)), User: t.user(fmt.Sprintf("user-stall-%03d", i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
 	}
-	// Requests first, as many at once as the pause will hold, so that every
-	// node has as many connections open as the pause needs and what it
-	// holds is a command sent, not a dial (a client's handshake on a new
-	// connection times out before its command is ever written, and a
-	// command never written tells nothing).
+	if err := busyScript.Load(ctx, rdb).Err(); err != nil {
+		return fmt.Errorf("stall: load the busy script: %w", err)
+	}
+	// Requests first, sent at once while Redis is paused for less than a
+	// client waits: each waits on a connection of its own, so the
+	// deployment's pool ends with as many open as the pause below needs,
+	// and what that pause holds is a command sent, not a dial (a client's
+	// handshake on a new connection times out before its command is ever
+	// written, and a command never written tells nothing).
+	warmDone, err := pauseRedis(ctx, rdb, opt, warmPause)
+	if err != nil {
+		return fmt.Errorf("stall: warm-up: %w", err)
+	}
 	warm := make([]Op, in.Requests)
 	Together(len(warm), func(i int) {
 		warm[i] = send("s-warm", i, strategy.Request{Key: t.key(fmt.Sprintf("req-stall-warm-%03d", i)), User: t.user(fmt.Sprintf("user-stall-warm-%03d", i)), SKU: t.sku(plain), TTL: strategy.TTLForever})
 	})
+	if err := <-warmDone; err != nil {
+		return fmt.Errorf("stall: warm-up: the busy script: %w", err)
+	}
 	for _, op := range warm {
 		if op.Outcome != strategy.OutcomeHeld {
 			return fmt.Errorf("stall: the first requests on a fresh SKU: %s %s", op.Outcome, op.Err)
@@ -148,9 +159,6 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 			return fmt.Errorf("stall: a release before the pause: %w", err)
 		}
 	}
-	if err := busyScript.Load(ctx, rdb).Err(); err != nil {
-		return fmt.Errorf("stall: load the busy script: %w", err)
-	}
 	pause, restore := raiseBusyLimit(ctx, rdb)
 	defer restore()
 	// One request is held in the database while Redis stalls: its writes
@@ -189,24 +197,11 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 			return fmt.Errorf("stall: %w", err)
 		}
 	}
-	busyDone := make(chan error, 1)
-	go func() { busyDone <- busyScript.Run(ctx, rdb, nil, pause.Microseconds()).Err() }()
-	// The script runs once a PING goes unanswered: read from the server,
-	// not assumed after a delay. A PING that timed out on a loaded machine
-	// only means the requests may meet a shorter stall.
-	probeOpt := *opt
-	probeOpt.ReadTimeout, probeOpt.MaxRetries, probeOpt.PoolSize = stallProbe, -1, 1
-	probe := redis.NewClient(&probeOpt)
-	defer probe.Close()
-	for {
-		if err := probe.Ping(ctx).Err(); err != nil {
-			break
-		}
-		select {
-		case err := <-busyDone:
-			return fmt.Errorf("stall: the busy script ended before a PING went unanswered: %v", err)
-		default:
-		}
+	busyDone, err := pauseRedis(ctx, rdb, opt, pause)
+	if err != nil {
+		release()
+		<-heldDone
+		return fmt.Errorf("stall: %w", err)
 	}
 	release()
 	release = func() {}
@@ -333,6 +328,35 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	t.check(Base, "stall: a request answered BUSY while Redis held its command wrote nothing, and a release whose reply it held gave its unit back once (total - available == active)", a.Drift() == 0,
 		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d, with %d BUSY answers not sent again and %d releases with no answer", plain, a.Total, a.Available, a.Active, a.Drift(), busy, relUnknown))
 	return nil
+}
+
+// warmPause is how long stallInFlight's warm-up keeps Redis busy: less
+// than a client waits for a reply, so that the requests sent meanwhile all
+// succeed, each on a connection of its own.
+const warmPause = time.Second
+
+// pauseRedis keeps Redis busy for d with busyScript (loaded) and returns
+// once a PING goes unanswered, the pause read from the server rather than
+// assumed after a delay (a PING that timed out on a loaded machine only
+// means what follows may meet a shorter pause); the channel gets the
+// script's end.
+func pauseRedis(ctx context.Context, rdb *redis.Client, opt *redis.Options, d time.Duration) (<-chan error, error) {
+	done := make(chan error, 1)
+	go func() { done <- busyScript.Run(ctx, rdb, nil, d.Microseconds()).Err() }()
+	probeOpt := *opt
+	probeOpt.ReadTimeout, probeOpt.MaxRetries, probeOpt.PoolSize = stallProbe, -1, 1
+	probe := redis.NewClient(&probeOpt)
+	defer probe.Close()
+	for {
+		if err := probe.Ping(ctx).Err(); err != nil {
+			return done, nil
+		}
+		select {
+		case err := <-done:
+			return nil, fmt.Errorf("the busy script ended before a PING went unanswered: %v", err)
+		default:
+		}
+	}
 }
 
 // raiseBusyLimit lets a script run for redisPause without Redis answering
