@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -110,16 +109,7 @@ func (t *trial) withoutExecute(ctx context.Context, lp *leastPriv, f definerFunc
 		from = append(from, pgx.Identifier{lp.runtimeRole}.Sanitize())
 	}
 	grantees := strings.Join(from, ", ")
-	if _, err := lp.owner.Exec(ctx, "REVOKE EXECUTE ON FUNCTION "+f.signature+" FROM "+grantees); err != nil {
-		return nil, "", fmt.Errorf("revoke EXECUTE on %s: %w", f.signature, err)
-	}
-	defer func() {
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, gerr := lp.owner.Exec(gctx, "GRANT EXECUTE ON FUNCTION "+f.signature+" TO "+grantees); gerr != nil && err == nil {
-			err = fmt.Errorf("grant EXECUTE on %s back: %w", f.signature, gerr)
-		}
-	}()
-	got, why = t.privilegeWorkload(ctx, run)
-	return got, why, nil
+	return t.workloadRevoked(ctx, lp, "EXECUTE on "+f.signature,
+		"REVOKE EXECUTE ON FUNCTION "+f.signature+" FROM "+grantees,
+		"GRANT EXECUTE ON FUNCTION "+f.signature+" TO "+grantees, run)
 }

@@ -145,14 +145,20 @@ func (t *trial) checkPrivilegesUsed(ctx context.Context, lp *leastPriv) error {
 // withoutPrivilege runs the workload with p revoked, and grants it back
 // whatever happens.
 func (t *trial) withoutPrivilege(ctx context.Context, lp *leastPriv, p relPrivilege, run string) (got []string, why string, err error) {
-	if _, err := lp.owner.Exec(ctx, p.statement("REVOKE", lp.runtimeRole)); err != nil {
-		return nil, "", fmt.Errorf("revoke %s: %w", p, err)
+	return t.workloadRevoked(ctx, lp, p.String(), p.statement("REVOKE", lp.runtimeRole), p.statement("GRANT", lp.runtimeRole), run)
+}
+
+// workloadRevoked runs revoke as the owner, the privilege workload, and
+// grant whatever happens (what names the privilege in errors).
+func (t *trial) workloadRevoked(ctx context.Context, lp *leastPriv, what, revoke, grant, run string) (got []string, why string, err error) {
+	if _, err := lp.owner.Exec(ctx, revoke); err != nil {
+		return nil, "", fmt.Errorf("revoke %s: %w", what, err)
 	}
 	defer func() {
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, gerr := lp.owner.Exec(gctx, p.statement("GRANT", lp.runtimeRole)); gerr != nil && err == nil {
-			err = fmt.Errorf("grant %s back: %w", p, gerr)
+		if _, gerr := lp.owner.Exec(gctx, grant); gerr != nil && err == nil {
+			err = fmt.Errorf("grant %s back: %w", what, gerr)
 		}
 	}()
 	got, why = t.privilegeWorkload(ctx, run)

@@ -273,16 +273,8 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 			relUnknown++
 		}
 	}
-	if canExpire {
-		var err error
-		for try := 0; try <= busyResends && ctx.Err() == nil; try++ {
-			if _, err = releaser.Release(ctx, dueKey); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			unresolved++
-		}
+	if canExpire && !releaseAnswered(ctx, releaser, dueKey) {
+		unresolved++
 	}
 	soldOut := in.Stock[0].Total
 	if len(relKeys) > 0 {
@@ -299,16 +291,7 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 		t.check(strategy.NoOversell, "stall: after releases whose reply Redis held, and the release of a hold an expiry job moved while Redis held its give-back, the SKU sold out before those releases are sent again has no more active reservations than units", out.Active <= out.Total,
 			fmt.Sprintf("%s: %d active for %d units, with %d releases with no answer, the expiry job's answer: %v", plain, out.Active, out.Total, relUnknown, expireErr))
 		for i, key := range relKeys {
-			if relErrs[i] == nil {
-				continue
-			}
-			var err error
-			for try := 0; try <= busyResends && ctx.Err() == nil; try++ {
-				if _, err = releaser.Release(ctx, key); err == nil {
-					break
-				}
-			}
-			if err != nil {
+			if relErrs[i] != nil && !releaseAnswered(ctx, releaser, key) {
 				unresolved++
 			}
 		}
@@ -328,6 +311,17 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	t.check(Base, "stall: a request answered BUSY while Redis held its command wrote nothing, and a release whose reply it held gave its unit back once (total - available == active)", a.Drift() == 0,
 		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d, with %d BUSY answers not sent again and %d releases with no answer", plain, a.Total, a.Available, a.Active, a.Drift(), busy, relUnknown))
 	return nil
+}
+
+// releaseAnswered sends a release until it answers, at most busyResends
+// times more, and reports whether it did.
+func releaseAnswered(ctx context.Context, r strategy.Releaser, key string) bool {
+	for try := 0; try <= busyResends && ctx.Err() == nil; try++ {
+		if _, err := r.Release(ctx, key); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // warmPause is how long stallInFlight's warm-up keeps Redis busy: less
