@@ -17,7 +17,7 @@ import (
 // stop is closed.
 func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Duration, stop <-chan struct{}, acked *atomic.Int64, onError func()) {
 	queue := make(chan int, n)
-	for i := 0; i < n; i++ {
+	for i := t.loadFrom; i < n; i++ {
 		queue <- i
 	}
 	close(queue)

@@ -325,7 +325,10 @@ type trial struct {
 	// loadStock, when set, are the SKUs t.load spreads its requests over
 	// instead of the scenario's.
 	loadStock []StockInput
-	hist      *History
+	// loadFrom, when set, is the first request index t.load sends: the
+	// requests below it went out before (committimeout.go's lone request).
+	loadFrom int
+	hist     *History
 
 	facts   []Fact
 	varying []varyingCount
