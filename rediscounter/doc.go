@@ -47,8 +47,13 @@
 //     everysec and always differ only in what a machine crash or power cut
 //     loses (up to a second of writes against none), which SIGKILLing a
 //     process cannot show.
-//   - A row moved by a transition whose give-back does not reach Redis keeps
-//     its unit out of the counter (undersell).
+//   - A row moved by a transition whose give-back does not reach Redis (a
+//     crash after the UPDATE, an UPDATE whose COMMIT outlived its caller's
+//     deadline) keeps its unit out of the counter (undersell) until the
+//     expiry job's next run gives back the unit of every row still marked
+//     unit_owed, or the release is sent again. A deployment that never runs
+//     the job keeps such units out, and its unit_owed rows accumulate (the
+//     job clears the mark of every release as well).
 //   - No sessions: the decrement is not part of a PostgreSQL transaction, so
 //     an attempt cannot be held open, and the interleavings are n/a.
 package rediscounter

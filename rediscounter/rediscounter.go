@@ -119,6 +119,11 @@ const (
 	// owed"), leaving the keys' markers in Redis: a release of an expired
 	// hold then finds its marker and gives the unit back again.
 	ExpireCountsOnly
+	// OwedNeverSwept: the expiry job gives back the units of the rows it
+	// moves and no others, so a unit whose give-back never happened (a
+	// crash after the UPDATE, an UPDATE whose COMMIT outlived its caller's
+	// deadline) stays out of the counter for good.
+	OwedNeverSwept
 )
 
 func (o Options) keep() Keep {
@@ -181,7 +186,7 @@ var schemaSQL string
 
 var schema = pgstrategy.Schema{
 	DDL:     schemaSQL,
-	Last:    "rediscounter_one_active",
+	Last:    "rediscounter_unit_owed",
 	LockKey: 0x7263746572, // "rcter"
 	Totals:  `SELECT sku, total FROM rediscounter_stock WHERE sku = ANY($1)`,
 }

@@ -12,12 +12,17 @@ import (
 )
 
 // The transitions move the row in PostgreSQL first (WHERE status = 'HELD',
-// RETURNING what moved), then give each moved row's unit back in Redis
-// with giveBackScript, which returns a unit only for a key still marked.
-// A crash between the two loses the unit from the counter (the row is no
-// longer active, the counter not raised): undersell, until a recount, or,
+// RETURNING what moved) and mark it unit_owed in the same UPDATE, then
+// give each moved row's unit back in Redis with giveBackScript, which
+// returns a unit only for a key still marked. A crash between the two, or
+// an UPDATE whose COMMIT outlived its caller's deadline, leaves the unit
+// out of the counter (the row is no longer active, the counter not
+// raised) until the expiry job's next run, which gives back the unit of
+// every row still marked unit_owed and clears the mark (ExpireDue), or,
 // for a release, until it is sent again (Release gives back a unit still
-// owed for a row already moved).
+// owed for a row already moved). Before the job did that, an expiry whose
+// caller gave up at COMMIT lost its unit for good: the kit's commit-timeout
+// scenario showed it.
 const (
 	sqlConfirm = `
 UPDATE rediscounter_reservation SET status = 'CONFIRMED', updated_at = now()
@@ -29,7 +34,7 @@ UPDATE rediscounter_reservation SET status = 'HELD', updated_at = now()
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'RELEASED'`
 
 	sqlRelease = `
-UPDATE rediscounter_reservation SET status = 'RELEASED', updated_at = now()
+UPDATE rediscounter_reservation SET status = 'RELEASED', unit_owed = true, updated_at = now()
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
 RETURNING sku, request_key, user_id`
 
@@ -42,10 +47,25 @@ RETURNING sku, request_key, user_id`
 SELECT sku, request_key, user_id FROM rediscounter_reservation
 WHERE request_key = $1 AND sku = ANY($2) AND status IN ('RELEASED', 'EXPIRED')`
 
+	// sqlExpireDue moves the due rows and returns them (moved true) with
+	// the rows moved before whose unit may still be owed (moved false):
+	// the UPDATE's rows are not in the snapshot the second SELECT reads, so
+	// no row comes twice.
 	sqlExpireDue = `
-UPDATE rediscounter_reservation SET status = 'EXPIRED', updated_at = now()
-WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
-RETURNING sku, request_key, user_id`
+WITH moved AS (
+  UPDATE rediscounter_reservation SET status = 'EXPIRED', unit_owed = true, updated_at = now()
+  WHERE sku = ANY($1) AND status = 'HELD' AND expires_at < now()
+  RETURNING sku, request_key, user_id)
+SELECT sku, request_key, user_id, true FROM moved
+UNION ALL
+SELECT sku, request_key, user_id, false FROM rediscounter_reservation
+WHERE sku = ANY($1) AND unit_owed AND status IN ('RELEASED', 'EXPIRED')`
+
+	// sqlGivenBack clears unit_owed on rows whose units giveBackScript has
+	// settled (returned now, or before: the marker was gone).
+	sqlGivenBack = `
+UPDATE rediscounter_reservation SET unit_owed = false
+WHERE request_key = ANY($1) AND unit_owed`
 
 	sqlMakeDue = `
 UPDATE rediscounter_reservation SET expires_at = now() - interval '400 days'
@@ -141,7 +161,8 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 }
 
 // ExpireDue moves every due HELD reservation to EXPIRED and gives the
-// units back in Redis; the count is of the rows it moved.
+// units back in Redis, with those of rows moved before whose give-back may
+// not have happened (unit_owed); the count is of the rows it moved now.
 func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err := n.Check(); err != nil {
 		return 0, err
@@ -150,22 +171,57 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
 	}
-	moved, err := scanReturned(rows)
+	var owed []returned // the rows moved now first, then those moved before
+	var r returned
+	var now bool
+	moved := 0
+	_, err = pgx.ForEachRow(rows, []any{&r.sku, &r.key, &r.user, &now}, func() error {
+		if now {
+			moved++
+		} else if n.d.mistake == OwedNeverSwept || n.d.mistake == ExpireCountsOnly {
+			return nil
+		}
+		owed = append(owed, r)
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
 	}
 	if n.d.mistake == ExpireCountsOnly {
-		for _, r := range moved {
+		for _, r := range owed {
 			if err := n.d.rdb.IncrBy(ctx, n.d.keys(r.sku)[0], 1).Err(); err != nil {
 				return 0, fmt.Errorf("%s: expire due: %w", Name, err)
 			}
 		}
-		return len(moved), nil
+		return moved, nil
 	}
-	if _, err := n.d.giveBack(ctx, moved); err != nil {
-		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit came back: %w", Name, len(moved), err)
+	done, err := n.d.giveBackAll(ctx, owed)
+	if len(done) > 0 {
+		if _, cerr := n.d.db.Exec(ctx, sqlGivenBack, done); cerr != nil && err == nil {
+			err = cerr // the rows stay marked: the next run settles them again, once
+		}
 	}
-	return len(moved), nil
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit owed came back: %w", Name, moved, err)
+	}
+	return moved, nil
+}
+
+// giveBackAll is giveBack that goes on past a failed row, and returns the
+// keys whose units are settled.
+func (d *Deployment) giveBackAll(ctx context.Context, rows []returned) ([]string, error) {
+	var done []string
+	var first error
+	for _, r := range rows {
+		if _, err := d.giveBack(ctx, []returned{r}); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		done = append(done, r.key)
+	}
+	return done, first
 }
 
 // MakeDue moves expires_at of these HELD reservations into the past.

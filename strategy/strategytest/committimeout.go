@@ -23,7 +23,12 @@ import (
 // In the even trials, a release sent while the COMMITs wait is in doubt
 // the same way; a strategy that claims to survive restarts then restarts
 // the node it was sent to before anything else reaches it (a unit given back for that
-// release after the restart recounted it is counted twice). Then the
+// release after the restart recounted it is counted twice). In the odd
+// trials an expiry job runs while the COMMITs wait, over a hold made due,
+// and runs again once they are done, as a job does on its next tick: the
+// unit must be back by then (a job that gives units back outside the
+// database, after its UPDATE, and learns nothing of an UPDATE whose COMMIT
+// outlived its caller, loses it: rediscounter did). Then the
 // commits finish. The harness records the first wave as unknown, and the
 // checks find what really happened. The scenario gives the deployment an
 // internal deadline (strategy.Config.InternalDeadline) shorter than the
@@ -38,6 +43,10 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
+	dueKey, err := t.holdToExpire(ctx)
+	if err != nil {
+		return err
+	}
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, "reservebench_no_such_standby"); err != nil {
 		return err
 	}
@@ -47,6 +56,7 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.loadOver(ctx, waves, t.in.Requests, "slow", time.Second)
 	sessionOp, sessionRan := <-sessionDone
 	relErr := t.releaseWhileWaiting(ctx, relKey)
+	expireErr := t.expireWhileWaiting(ctx, dueKey)
 	ok, fail, info := t.countTypesOf("slow")
 	t.vary("first wave: answered before the clients' deadline (the strategy's own deadline fired first)", t.answeredWithin("slow", time.Second*9/10))
 	var waiting int
@@ -87,6 +97,9 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 		return err
 	}
 	if err := t.restartAfterRelease(ctx, relKey, relErr); err != nil {
+		return err
+	}
+	if err := t.expireAgain(ctx, dueKey, expireErr); err != nil {
 		return err
 	}
 	t.fact("first wave: requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
@@ -217,6 +230,76 @@ func (t *trial) restartAfterRelease(ctx context.Context, key string, relErr erro
 	was := durable[key].Status
 	t.check(strategy.ReturnOnce, "a release sent again after an unknown outcome gives back nothing more when the first committed", was != strategy.StatusReleased || units == 0,
 		fmt.Sprintf("the row was %s before the resend, which gave back %d", was, units), key)
+	return nil
+}
+
+// holdToExpire holds one unit of the scenario's last SKU on node 0 and
+// makes it due, for a strategy with an expiry job (strategy.Expirer) and a
+// way to age a hold (strategy.Ager), in the odd trials (the even ones
+// release a unit of that SKU); it returns its key ("" when there is no
+// expiry).
+func (t *trial) holdToExpire(ctx context.Context) (string, error) {
+	_, expires := t.node(0).(strategy.Expirer)
+	ager, ages := t.dep.(strategy.Ager)
+	if !expires || !ages || t.n%2 == 0 {
+		return "", nil
+	}
+	last := t.in.Stock[len(t.in.Stock)-1].SKU
+	key := t.key("expire-0000")
+	op := t.reserveDefinite(ctx, "x", 0, strategy.Request{Key: key, User: t.user("user-expire-0000"), SKU: t.sku(last), TTL: strategy.TTLForever})
+	if op.Type != OpOK || op.Outcome != strategy.OutcomeHeld {
+		return "", fmt.Errorf("hold the reservation to expire: %s %s %s", op.Type, op.Outcome, op.Err)
+	}
+	if n, err := ager.MakeDue(ctx, []string{key}); err != nil || n != 1 {
+		return "", fmt.Errorf("make the reservation to expire due: %d rows, %v", n, err)
+	}
+	return key, nil
+}
+
+// expireWhileWaiting runs the expiry job on node 0 with a deadline while
+// COMMITs wait, and returns its error: nil would mean an answer before its
+// COMMIT.
+func (t *trial) expireWhileWaiting(ctx context.Context, key string) error {
+	if key == "" {
+		return nil
+	}
+	ectx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := t.node(0).(strategy.Expirer).ExpireDue(ectx)
+	return err
+}
+
+// expireAgain runs the expiry job again once the COMMITs are done, as its
+// next tick would, and checks that the hold it moved while they waited has
+// its unit back: the SKU's audit balances.
+func (t *trial) expireAgain(ctx context.Context, key string, expireErr error) error {
+	if key == "" {
+		if _, ok := t.node(0).(strategy.Expirer); !ok {
+			t.fact("expiry job while COMMITs wait", "not applicable: no ExpireDue (strategy.Expirer)")
+		}
+		return nil
+	}
+	t.fact("expiry job while COMMITs wait", "%s", map[bool]string{true: "ended with an error (unknown)", false: "answered before its COMMIT could return"}[expireErr != nil])
+	if _, err := t.node(0).(strategy.Expirer).ExpireDue(ctx); err != nil {
+		return fmt.Errorf("the expiry job's next run: %w", err)
+	}
+	got, err := t.node(0).Lookup(ctx, key)
+	if err != nil {
+		return fmt.Errorf("lookup %s: %w", t.plain(key), err)
+	}
+	sku := t.sku(t.in.Stock[len(t.in.Stock)-1].SKU)
+	list, err := t.dep.Audit(ctx)
+	if err != nil {
+		return fmt.Errorf("audit after the expiry job's next run: %w", err)
+	}
+	for _, a := range list {
+		if a.SKU != sku {
+			continue
+		}
+		t.check(strategy.Conserves, "an expiry job whose COMMIT outlived its caller's deadline, run again once the COMMITs are done, leaves the unit of the hold it expired available (the SKU's audit balances)",
+			got.Status != strategy.StatusExpired || a.Drift() == 0,
+			fmt.Sprintf("%s is %s; %s: total %d - available %d - active %d = drift %d", t.plain(key), got.Status, t.plain(sku), a.Total, a.Available, a.Active, a.Drift()), key)
+	}
 	return nil
 }
 
