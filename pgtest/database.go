@@ -196,6 +196,7 @@ func DB(tb testing.TB) *pgxpool.Pool {
 }
 
 // OpenPool opens a pool on dsn with at most maxConns connections (0: 32).
+// Its queries are traced for the timeouts they set (LongestTimeoutSet).
 // A connection idle for IdleClose is closed: a harness runs dozens of
 // strategies at once, each with pools kept warm between its scenarios, and
 // the idle connections of those waiting for their next turn would fill the
@@ -211,10 +212,13 @@ func OpenPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, e
 	cfg.MaxConns = maxConns
 	cfg.MaxConnIdleTime = IdleClose
 	cfg.HealthCheckPeriod = IdleClose / 4
+	tr := &timeoutTracer{}
+	cfg.ConnConfig.Tracer = tr
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: open pool: %w", err)
 	}
+	tracers.Store(pool, tr)
 	return pool, nil
 }
 

@@ -34,7 +34,8 @@ type tester interface {
 // checkAnswersWhenSoldOut, checkTransitionMovesOneKey,
 // checkDueHoldsItsUnit, checkDueReleases,
 // checkExpireAllDue,
-// checkOddText, checkDistinctText, checkHashCollisions and, for a
+// checkOddText, checkDistinctText, checkHashCollisions,
+// checkWaitOutlastsTimeouts and, for a
 // strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
@@ -134,10 +135,12 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAuditIsWhatSells(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"one user holds a unit of each of 64 SKUs at once: the limit is one active reservation per user and SKU, none across SKUs",
 			func(r tester) { checkOneUserManySKUs(r, t.env.Meta, t.env.DB, rs) }, Base},
-		// The costly checks (a wait for the clock, hundreds or thousands of
-		// requests) come after the others: a negative control's scenario
-		// ends at its first violation, so a mistake an earlier check
-		// catches never pays for them.
+		// The costly checks (a wait for the clock, a lock held for seconds,
+		// hundreds or thousands of requests) come after the others: a
+		// negative control's scenario ends at its first violation, so a
+		// mistake an earlier check catches never pays for them.
+		{"a request that waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
+			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",

@@ -168,6 +168,14 @@ const (
 	// lockTimeoutSoldOut: the reservation runs with lock_timeout 500 ms
 	// and answers a lock not granted in time (55P03) SOLD_OUT.
 	lockTimeoutSoldOut
+	// lockTimeoutLongSoldOut: the same with lock_timeout 15 s, longer than
+	// any lock wait of the kit's but the one it holds past the timeouts it
+	// sees set.
+	lockTimeoutLongSoldOut
+	// deadlineSoldOut: the reservation runs under a 3 s deadline of its
+	// own, and a request that meets it while its caller still waits is
+	// answered SOLD_OUT ("that long a wait means the SKU is gone").
+	deadlineSoldOut
 	// expireLag: the expiry job moves rows only half a second after their
 	// expires_at ("clock-skew tolerance").
 	expireLag
@@ -777,6 +785,12 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err := n.check(); err != nil {
 		return strategy.Result{}, err
 	}
+	outer := ctx
+	if n.c.breaks == deadlineSoldOut {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+	}
 	if n.c.breaks == knownKeyFirst {
 		existing, err := n.c.replayIn(ctx, n.c.db, req.Key)
 		if err != nil {
@@ -838,6 +852,11 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 				return err
 			}
 		}
+		if n.c.breaks == lockTimeoutLongSoldOut {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '15s'`); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
@@ -849,8 +868,11 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && n.c.breaks == lockTimeoutSoldOut {
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && (n.c.breaks == lockTimeoutSoldOut || n.c.breaks == lockTimeoutLongSoldOut) {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "the row is busy, so it must be gone"
+	}
+	if n.c.breaks == deadlineSoldOut && errors.Is(err, context.DeadlineExceeded) && outer.Err() == nil {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
 	if err == nil && res.Outcome == strategy.OutcomeSoldOut && (n.c.breaks == soldOutFirst || n.c.breaks == soldOutPerProcess) {
 		n.c.soldOut.Store(req.SKU, true)
