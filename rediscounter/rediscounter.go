@@ -124,6 +124,11 @@ const (
 	// crash after the UPDATE, an UPDATE whose COMMIT outlived its caller's
 	// deadline) stays out of the counter for good.
 	OwedNeverSwept
+	// BatchGiveBack: the expiry job gives back the units of the rows it
+	// moved with one INCRBY per SKU, dropping the keys' markers but not
+	// asking them: a release whose give-back came first (it found the row
+	// moved and the unit owed) has its unit given back twice.
+	BatchGiveBack
 )
 
 func (o Options) keep() Keep {

@@ -112,3 +112,17 @@ for _, e in ipairs(kept) do
 end
 return 1
 `)
+
+// giveBackBatchScript is Mistake BatchGiveBack's give-back of the rows one
+// expiry run moved for one SKU: KEYS stock, keys, users, nodes; ARGV key,
+// user pairs. It drops each key's markers and adds the number of rows,
+// whatever the markers said.
+var giveBackBatchScript = redis.NewScript(`
+for i = 1, #ARGV, 2 do
+  redis.call('HDEL', KEYS[4], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+  if redis.call('HGET', KEYS[3], ARGV[i+1]) == ARGV[i] then redis.call('HDEL', KEYS[3], ARGV[i+1]) end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], #ARGV / 2) end
+return #ARGV / 2
+`)

@@ -178,7 +178,7 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	_, err = pgx.ForEachRow(rows, []any{&r.sku, &r.key, &r.user, &now}, func() error {
 		if now {
 			moved++
-		} else if n.d.mistake == OwedNeverSwept || n.d.mistake == ExpireCountsOnly {
+		} else if n.d.mistake == OwedNeverSwept || n.d.mistake == ExpireCountsOnly || n.d.mistake == BatchGiveBack {
 			return nil
 		}
 		owed = append(owed, r)
@@ -194,6 +194,9 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 			}
 		}
 		return moved, nil
+	}
+	if n.d.mistake == BatchGiveBack {
+		return moved, n.d.giveBackBatch(ctx, owed)
 	}
 	done, err := n.d.giveBackAll(ctx, owed)
 	if len(done) > 0 {
@@ -274,4 +277,18 @@ func (d *Deployment) counter(ctx context.Context, sku string) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// giveBackBatch is Mistake BatchGiveBack: one giveBackBatchScript per SKU.
+func (d *Deployment) giveBackBatch(ctx context.Context, rows []returned) error {
+	bySKU := map[string][]any{}
+	for _, r := range rows {
+		bySKU[r.sku] = append(bySKU[r.sku], r.key, r.user)
+	}
+	for sku, args := range bySKU {
+		if err := giveBackBatchScript.Run(ctx, d.rdb, d.keys(sku), args...).Err(); err != nil {
+			return fmt.Errorf("%s: expire due: give back %q: %w", Name, sku, err)
+		}
+	}
+	return nil
 }

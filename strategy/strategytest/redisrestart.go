@@ -160,6 +160,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 		if err := t.stallInFlight(ctx); err != nil {
 			return err
 		}
+		if err := t.releaseWhileJobGivesBack(ctx); err != nil {
+			return err
+		}
 	}
 	return t.resendUnknown(ctx)
 }
