@@ -62,10 +62,17 @@ SELECT sku, request_key, user_id, false FROM rediscounter_reservation
 WHERE sku = ANY($1) AND unit_owed AND status IN ('RELEASED', 'EXPIRED')`
 
 	// sqlGivenBack clears unit_owed on rows whose units giveBackScript has
-	// settled (returned now, or before: the marker was gone).
+	// settled (returned now, or before: the marker was gone). Concurrent
+	// jobs may clear the same rows; a row another is clearing is skipped,
+	// not waited for, so two jobs never wait for each other here (two
+	// UPDATEs that met the rows in different orders deadlocked in
+	// expiry-race).
 	sqlGivenBack = `
 UPDATE rediscounter_reservation SET unit_owed = false
-WHERE request_key = ANY($1) AND unit_owed`
+WHERE request_key IN (
+  SELECT request_key FROM rediscounter_reservation
+  WHERE request_key = ANY($1) AND unit_owed
+  FOR NO KEY UPDATE SKIP LOCKED)`
 
 	sqlMakeDue = `
 UPDATE rediscounter_reservation SET expires_at = now() - interval '400 days'
@@ -198,33 +205,32 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if n.d.mistake == BatchGiveBack {
 		return moved, n.d.giveBackBatch(ctx, owed)
 	}
-	done, err := n.d.giveBackAll(ctx, owed)
+	done, err := n.d.giveBackUntilError(ctx, owed)
 	if len(done) > 0 {
-		if _, cerr := n.d.db.Exec(ctx, sqlGivenBack, done); cerr != nil && err == nil {
-			err = cerr // the rows stay marked: the next run settles them again, once
-		}
+		// A failure here leaves rows marked whose units are back: the next
+		// run gives each back again, which its marker makes a no-op, and
+		// clears it. It does not make this run's answer wrong.
+		_, _ = n.d.db.Exec(ctx, sqlGivenBack, done)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit owed came back: %w", Name, moved, err)
+		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit owed came back (the next run gives back the rest): %w", Name, moved, err)
 	}
 	return moved, nil
 }
 
-// giveBackAll is giveBack that goes on past a failed row, and returns the
-// keys whose units are settled.
-func (d *Deployment) giveBackAll(ctx context.Context, rows []returned) ([]string, error) {
+// giveBackUntilError gives back the units of rows in order until one
+// fails (Redis is then likely away: each further call would wait out its
+// own timeout, and the rows left stay owed for the next run), and returns
+// the keys whose units are settled.
+func (d *Deployment) giveBackUntilError(ctx context.Context, rows []returned) ([]string, error) {
 	var done []string
-	var first error
 	for _, r := range rows {
 		if _, err := d.giveBack(ctx, []returned{r}); err != nil {
-			if first == nil {
-				first = err
-			}
-			continue
+			return done, err
 		}
 		done = append(done, r.key)
 	}
-	return done, first
+	return done, nil
 }
 
 // MakeDue moves expires_at of these HELD reservations into the past.

@@ -81,6 +81,10 @@ const (
 	// another while it worked is answered BUSY after its COMMIT ("the
 	// answer cannot be trusted: try again").
 	BusyWhenLost
+	// WaitIsSoldOut: a request whose lock was not granted within the wait
+	// is answered SOLD_OUT ("a queue that long means the SKU is gone"),
+	// while the holder may yet roll back or units remain.
+	WaitIsSoldOut
 )
 
 func (o Options) wait() time.Duration {
@@ -247,7 +251,7 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
-		busyWhenLost: opts.Mistake == BusyWhenLost,
+		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -271,6 +275,7 @@ type Deployment struct {
 
 	unlockErrorIsBusy bool // Options.Mistake UnlockErrorIsBusy
 	busyWhenLost      bool // Options.Mistake BusyWhenLost
+	waitIsSoldOut     bool // Options.Mistake WaitIsSoldOut
 }
 
 var (

@@ -93,6 +93,9 @@ func (d *Deployment) lockRefused(ctx context.Context, req strategy.Request, err 
 	if ctx.Err() != nil {
 		return strategy.Result{}, wrap("reserve", req.Key, err)
 	}
+	if d.waitIsSoldOut && errors.Is(err, errLockWait) { // the wait ran out: the lock was not granted
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake
+	}
 	return busy, nil
 }
 

@@ -34,8 +34,10 @@ const outlastAtMost = 40 * time.Second
 // 5 s lock_timeout and answered SOLD_OUT passed every scenario before
 // (ctl-lock-timeout-sold-out, 500 ms, is caught in contention already).
 // The wait is read from the server (pg_blocking_pids); the hold's length
-// is what is checked, not a synchronisation. A strategy whose request does
-// not wait here passes.
+// is what is checked, not a synchronisation. A request that waits outside
+// PostgreSQL (for a lock in Redis, strategy.LockTaker) is held as long as
+// it waits; one that does not wait at all must not answer SOLD_OUT either,
+// with a unit free beside the one held.
 func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
@@ -60,50 +62,67 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 
 	// Behind an attempt where the strategy has them: it holds the rows its
 	// reservation wrote and whatever the strategy locks outside them (an
-	// advisory lock); else behind every row of the database's tables.
+	// advisory lock); else behind every row of the database's tables. Two
+	// requests queue there: the second waits behind the first as well,
+	// for whatever the first holds while it waits (a lock in Redis).
 	if opener, ok := node.(strategy.SessionOpener); ok {
 		session, pids := holdInSession(ctx, t, opener, req(2), "an attempt held open on the SKU")
 		defer func() { _ = session.Rollback(context.Background()) }()
-		outlastOne(ctx, t, db, admin, node, req(3), "an attempt held open on the SKU", int32(pids[0]), func() error { return session.Rollback(context.Background()) })
+		outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(3), req(4)}, "an attempt held open on the SKU", int32(pids[0]), func() error { return session.Rollback(context.Background()) })
 		return
 	}
 	tx, holder := holdAllRows(ctx, t, admin)
-	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back in outlastOne
-	outlastOne(ctx, t, db, admin, node, req(2), "the transaction that held the rows", holder, func() error { return tx.Rollback(context.Background()) })
+	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back in outlastQueue
+	outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(2), req(3)}, "the transaction that held the rows", holder, func() error { return tx.Rollback(context.Background()) })
 }
 
-// outlastOne sends req and, once it waits for holder, keeps holder for the
-// hold before let go; a SOLD_OUT answer is the failure.
-func outlastOne(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, req strategy.Request, behind string, holder int32, letGo func() error) {
+// outlastQueue sends the first request and, once it waits for holder (or
+// has answered), the second; it keeps holder for the hold, then lets go.
+// A SOLD_OUT answer is the failure.
+func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, letGo func() error) {
 	t.Helper()
 	var box panicBox
 	defer box.rethrow()
-	done := reserveAsync(ctx, &box, node, req)
-	waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, done)
+	first := reserveAsync(ctx, &box, node, reqs[0])
+	waited, probeErr := awaitAnswerOrBlocked(ctx, admin, holder, first)
+	dones := []chan answer{first}
+	for _, r := range reqs[1:] {
+		dones = append(dones, reserveAsync(ctx, &box, node, r))
+	}
 	hold := min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost)
-	answeredInHold := false
+	answeredInHold := make([]bool, len(dones))
 	if probeErr == nil && waited {
-		select {
-		case a := <-done:
-			done <- a
-			answeredInHold = true
-		case <-time.After(hold):
+		deadline := time.After(hold)
+	holding:
+		for i, done := range dones {
+			select {
+			case a := <-done:
+				done <- a
+				answeredInHold[i] = true
+			case <-deadline:
+				break holding
+			}
 		}
 	}
 	if err := letGo(); err != nil {
 		t.Errorf("let go of %s: %v", behind, err)
 	}
-	a := <-done
 	if probeErr != nil {
+		for _, done := range dones {
+			<-done
+		}
 		t.Fatalf("read the lock waits behind %s: %v", behind, probeErr)
 	}
-	if !waited || a.err != nil || a.res.Outcome != strategy.OutcomeSoldOut {
-		return
+	for i, done := range dones {
+		a := <-done
+		if a.err != nil || a.res.Outcome != strategy.OutcomeSoldOut {
+			continue
+		}
+		how := "without a wait seen in PostgreSQL (a wait elsewhere, for a lock in Redis, ends when the strategy gives up)"
+		if waited {
+			how = fmt.Sprintf("after the first request was seen waiting for it (pg_blocking_pids), which held on for %s, %s", hold, map[bool]string{true: "before it let go", false: "after it let go"}[answeredInHold[i]])
+		}
+		t.Errorf("Reserve %q (new key and user, request %d of %d in the queue, units left) was answered SOLD_OUT behind %s %s: a request that gave up at a timeout of its own must answer BUSY or an error (unknown), not that the SKU has no unit (the longest timeout the strategy's queries set: %s)",
+			reqs[i].Key, i+1, len(reqs), behind, how, pgtest.LongestTimeoutSet(db))
 	}
-	when := "after it let go"
-	if answeredInHold {
-		when = "before it let go"
-	}
-	t.Errorf("Reserve %q (new key and user, units left) waited for %s (pg_blocking_pids), which held on for %s, and was answered SOLD_OUT %s: a request that gave up at a timeout of its own must answer BUSY or an error (unknown), not that the SKU has no unit (the longest timeout the strategy's queries set: %s)",
-		req.Key, behind, hold, when, pgtest.LongestTimeoutSet(db))
 }

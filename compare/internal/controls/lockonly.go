@@ -26,8 +26,9 @@ func lockOnly() Control {
 
 // lockMistakes are redislock with one mistake in how it uses the lock or
 // the database under it, claiming what redislock claims. None oversells,
-// and each passed every scenario until the lock faults (or redis-restart's
-// stall, for the last) checked what it breaks.
+// and each passed every scenario until the lock faults (redis-restart's
+// stall for ctl-lock-unlock-error-is-busy; the deployment contract for the
+// last two) checked what it breaks.
 func lockMistakes() []Control {
 	var out []Control
 	for _, c := range []struct {
@@ -55,5 +56,8 @@ func lockMistakes() []Control {
 		out = append(out, fromStrategy(redislock.New(redislock.Options{Mistake: c.mistake}),
 			c.name, "redislock with one mistake", "seed 002", c.breaks, exp))
 	}
-	return out
+	return append(out, fromStrategy(redislock.New(redislock.Options{Mistake: redislock.WaitIsSoldOut}),
+		"ctl-lock-wait-sold-out", "redislock with one mistake", "seed 002",
+		"a request whose lock was not granted within its wait (3 s) is answered SOLD_OUT (\"a queue that long means the SKU is gone\"), while the holder's attempt may roll back and a unit is free",
+		expect("deployment-contract", strategy.NoPhantomSoldOut)))
 }
