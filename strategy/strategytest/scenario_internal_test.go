@@ -122,3 +122,20 @@ func TestSeedInputDiffers(t *testing.T) {
 		t.Errorf("SeedFor does not say the input differs: %q", s)
 	}
 }
+
+// TestUnknownScenarioNamesRefused: a misspelt name in Options.Only would
+// run nothing and pass; it is refused with the list of names instead.
+func TestUnknownScenarioNamesRefused(t *testing.T) {
+	ins, err := Scenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (Options{Only: []string{"storm"}, Skip: []string{"contention"}}).checkNames(ins); err != nil {
+		t.Fatalf("known names: %v", err)
+	}
+	for _, o := range []Options{{Only: []string{""}}, {Only: []string{"storm", "strom"}}, {Skip: []string{"Storm"}}} {
+		if err := o.checkNames(ins); !errors.Is(err, ErrUnknownScenario) {
+			t.Errorf("%+v: %v, want ErrUnknownScenario", o, err)
+		}
+	}
+}

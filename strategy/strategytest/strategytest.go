@@ -32,8 +32,10 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,6 +77,33 @@ func (o Options) wants(name string) bool {
 	return (len(o.Only) == 0 || contains(o.Only, name)) && !contains(o.Skip, name)
 }
 
+// ErrUnknownScenario is returned (Verify) or fails the test (RunWith) when
+// Options.Only or Options.Skip names no scenario: a misspelt name would
+// otherwise run nothing, or skip nothing, and pass.
+var ErrUnknownScenario = errors.New("strategytest: no scenario of that name")
+
+// checkNames reports the names of Only and Skip that are no scenario of ins.
+func (o Options) checkNames(ins []*Scenario) error {
+	known := make(map[string]bool, len(ins))
+	for _, in := range ins {
+		known[in.Name] = true
+	}
+	var bad []string
+	for _, n := range append(append([]string(nil), o.Only...), o.Skip...) {
+		if !known[n] {
+			bad = append(bad, fmt.Sprintf("%q", n))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(ins))
+	for _, in := range ins {
+		names = append(names, in.Name)
+	}
+	return fmt.Errorf("%w: Options.Only or Options.Skip names %s; the scenarios are %s", ErrUnknownScenario, strings.Join(bad, ", "), strings.Join(names, ", "))
+}
+
 // Run runs the kit as subtests of t: every scenario, the deployment's own
 // contract (configs, Attach, Restart, sessions) among them. The scenarios
 // that crash, fail over or reconfigure the server (server-crash, commit-timeout, failover-*) run on a throwaway cluster the kit starts
@@ -98,6 +127,9 @@ func RunWith(t *testing.T, meta strategy.Meta, newDB NewDB, opts Options) {
 	res := resourcetest.New(t, meta) // what the strategy needs besides PostgreSQL
 	ins, err := Scenarios()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := opts.checkNames(ins); err != nil {
 		t.Fatal(err)
 	}
 	var own *ownServer
@@ -190,6 +222,9 @@ func Report(t testing.TB, r *Result) {
 func Verify(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, opts Options) ([]*Result, error) {
 	ins, err := Scenarios()
 	if err != nil {
+		return nil, err
+	}
+	if err := opts.checkNames(ins); err != nil {
 		return nil, err
 	}
 	res, err := resourcetest.Start(ctx, meta)
