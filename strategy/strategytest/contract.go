@@ -99,7 +99,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a node whose configured share of a SKU is 0 sells none of it: three nodes with shares [0, 3, 0] sell at most 3",
 			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
-		{"a SKU of 70,000 units (more than 16 bits count) opens, sells a unit and takes it back, counted exactly",
+		{"a SKU of 70,001 units (more than 16 bits count) opens, sells a unit and takes it back, counted exactly",
 			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"stock split evenly over 3, 4 or 5 nodes gives each node its strategy.ShareOf and sells at most the total",
 			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},

@@ -12,8 +12,12 @@ import (
 
 // bigTotal is above what 16-bit counters hold (signed and unsigned): a
 // strategy that stores stock as smallint cannot open it, one that counts
-// in an int16 wraps. The scenarios' totals are at most a few hundred.
-const bigTotal = 70_000
+// in an int16 wraps. The scenarios' totals are at most a few hundred. It
+// is one past a multiple of every round chunk size (1,000, 5,000, 10,000),
+// so a strategy that loads a big SKU in chunks and drops the last, short
+// one shows it (a slotrows that loaded 10,000 slots at a time with the
+// wrong bound passed with 70,000).
+const bigTotal = 70_001
 
 // checkBigTotal: a SKU of bigTotal units opens, sells one unit, and gives
 // it back, and the audit counts them exactly.
