@@ -53,6 +53,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,6 +82,11 @@ type Options struct {
 	// default level, which a DBA may have set to REPEATABLE READ; a request
 	// that waited for the lock then counts from before the wait.
 	ServerDefaultIsolation bool
+	// LockByPosition is a deliberate mistake, for the negative controls of
+	// table 28-1 only: the SKU's lock id is its position in the
+	// deployment's configuration, so a second process whose configuration
+	// lists the SKUs in another order locks another SKU's id.
+	LockByPosition bool
 }
 
 // isolation is the level the transactions begin at.
@@ -214,7 +220,14 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), opts: opts}
+	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), opts: opts, lockSQL: lockSKUSQL}
+	if opts.LockByPosition {
+		quoted := make([]string, len(d.skus))
+		for i, sku := range d.skus {
+			quoted[i] = "'" + strings.ReplaceAll(sku, "'", "''") + "'"
+		}
+		d.lockSQL = "SELECT pg_advisory_xact_lock(7283, array_position(ARRAY[" + strings.Join(quoted, ",") + "]::text[], $1))"
+	}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -230,6 +243,8 @@ type Deployment struct {
 	skus []string
 	owns pgstrategy.SKUs
 	opts Options
+	// lockSQL takes the SKU's lock: lockSKUSQL but for Options.LockByPosition.
+	lockSQL string
 }
 
 // Compile-time checks of what the package offers. Every strategy package has
@@ -289,7 +304,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	// and a default of REPEATABLE READ would count from before the wait.
 	err := pgx.BeginTxFunc(ctx, n.d.db, pgx.TxOptions{IsoLevel: n.d.opts.isolation()}, func(tx pgx.Tx) error {
 		var err error
-		res, err = reserveIn(ctx, tx, req, lockSKUSQL)
+		res, err = reserveIn(ctx, tx, req, n.d.lockSQL)
 		if errors.Is(err, strategy.ErrBadRequest) {
 			badReq = err
 			return err // roll back
@@ -447,7 +462,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if err := s.d.owns.Check(req); err != nil {
 		return strategy.BadRequest(err)
 	}
-	lockSQL := lockSKUSQL
+	lockSQL := s.d.lockSQL
 	if s.d.opts.SessionLockApart {
 		lockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
 	}

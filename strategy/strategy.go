@@ -421,13 +421,13 @@ type Meta struct {
 	Open func(ctx context.Context, cfg Config) (Deployment, error)
 
 	// Attach, when set, opens a deployment over stock that another process
-	// already loaded with the same Stock and Nodes: a second process of the
-	// same service, as the fault scenarios run one in a helper process to
-	// kill it. It validates cfg and writes nothing; a SKU without stock, or
-	// with another total, is an ErrConfig error. Whatever the strategy keeps
-	// in memory starts the way a restart would start it. Nil: the scenarios
-	// that need a second process (kill-release, kill-reserve) are not
-	// applicable.
+	// already loaded with the same Stock (in any order) and Nodes: a second
+	// process of the same service, as the fault scenarios run one in a
+	// helper process to kill it. It validates cfg and writes nothing; a SKU
+	// without stock, or with another total, is an ErrConfig error. Whatever
+	// the strategy keeps in memory starts the way a restart would start it.
+	// Nil: the scenarios that need a second process (kill-release,
+	// kill-reserve) are not applicable.
 	Attach func(ctx context.Context, cfg Config) (Deployment, error)
 
 	// Setup, when set, creates the strategy's schema as an owner role and

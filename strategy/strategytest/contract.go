@@ -95,6 +95,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",
+			func(r tester) { checkAttachedInOtherOrder(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
 			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a node whose configured share of a SKU is 0 sells none of it: three nodes with shares [0, 3, 0] sell at most 3",

@@ -17,5 +17,9 @@ func advisorylockMistakes() []Control {
 			"ctl-advisory-default-isolation", "advisorylock with one mistake", "new",
 			"transactions begin at the server's default isolation level, which a DBA set to REPEATABLE READ: a request that waited for the SKU's lock counts from a snapshot taken before the wait, and takes the unit the holder sold",
 			expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(advisorylock.New(advisorylock.Options{LockByPosition: true}),
+			"ctl-advisory-lock-by-position", "advisorylock with one mistake", "new",
+			"the SKU's advisory lock id is its position in the deployment's configuration: a second process that lists the SKUs in another order locks another SKU's id, and its request beside an attempt of the first takes the unit the attempt sold",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }
