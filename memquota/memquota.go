@@ -161,6 +161,11 @@ type Options struct {
 	// still waiting when Settle reads (the client gave up on it) leaves its
 	// unit given back and then sold as well.
 	SettleWhileRunning bool
+	// FlightByJoinedText is a deliberate mistake, for the negative controls
+	// of table 28-1 only: identical requests in flight are recognised by
+	// their key, user and SKU joined with ':', so "K:1" by "u" and "K" by
+	// "1:u" are merged and the second gets the first's answer.
+	FlightByJoinedText bool
 	// MovesToRestarted is a deliberate mistake, for the negative controls
 	// of table 28-1 only: Settle gives the unit of a release in doubt to
 	// the node running now, even when that node restarted since and its

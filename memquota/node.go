@@ -108,6 +108,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		return strategy.BadRequest(err)
 	}
 	id := req.Key + "\x1f" + req.User + "\x1f" + req.SKU // Validate rejects control characters
+	if n.d.opts.FlightByJoinedText {
+		id = req.Key + ":" + req.User + ":" + req.SKU
+	}
 	for {
 		n.fmu.Lock()
 		if f, ok := n.flights[id]; ok {

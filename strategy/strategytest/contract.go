@@ -109,6 +109,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"two requests in flight at once whose key and user joined with ':' read the same (K:1 by u, K by 1:u), each behind its twin held open, get each its own answer",
+			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)
