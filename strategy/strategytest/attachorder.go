@@ -25,24 +25,11 @@ import (
 // process's memory.
 func checkAttachedInOtherOrder(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	if meta.Attach == nil {
-		t.Skip("no Meta.Attach")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	skus := []strategy.Stock{{SKU: kitSKU("attach-order-a"), Total: 1}, {SKU: kitSKU("attach-order-b"), Total: 2}}
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: skus})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, opener := openToAttachBeside(ctx, t, meta, strategy.Config{Resources: rs, DB: db, Stock: skus})
 	defer dep.Close()
-	if _, inMemory := dep.(strategy.ReserveCrasher); inMemory {
-		t.Skip("the stock is counted in a node process's memory (strategy.ReserveCrasher): one live process a node")
-	}
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	sku := skus[0].SKU
 	reversed := slices.Clone(skus)
 	slices.Reverse(reversed)

@@ -541,29 +541,13 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 // right.
 func checkAttachBesideAttempt(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	if meta.Attach == nil {
-		t.Skip("no Meta.Attach")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("attach-beside")
 	const total = 1
 	cfg := strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}}
-	dep, err := meta.Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, opener := openToAttachBeside(ctx, t, meta, cfg)
 	defer dep.Close()
-	if _, inMemory := dep.(strategy.ReserveCrasher); inMemory {
-		// Its nodes count the stock in a process's memory, one process a
-		// node: a second live process for the same node is outside its
-		// model (the kit attaches one only after the first has gone).
-		t.Skip("the stock is counted in a node process's memory (strategy.ReserveCrasher): one live process a node")
-	}
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	session, holder := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-attach-beside-1-" + sku, User: "kit-attach-beside-1", SKU: sku, TTL: time.Hour},
 		"the attempt held open")
 	defer func() { _ = session.Rollback(ctx) }()
@@ -606,4 +590,34 @@ func checkAttachBesideAttempt(t tester, meta strategy.Meta, db, admin *pgxpool.P
 	if a := list[0]; held > total || a.Active > total {
 		t.Errorf("SKU of %d unit: an attempt held open took it and committed while a second process attached; then that process answered HELD to %d more requests, audit %+v; want none (Attach changes nothing)", total, held-1, a)
 	}
+}
+
+// openToAttachBeside opens cfg for a check that attaches a second process
+// beside an attempt held open in the first, and returns the deployment (the
+// caller closes it) and node 0's SessionOpener. It skips a strategy without
+// Attach or attempts held open, and one whose nodes count the stock in a
+// process's memory, one process a node: a second live process for the same
+// node is outside its model (the kit attaches one only after the first has
+// gone).
+func openToAttachBeside(ctx context.Context, t tester, meta strategy.Meta, cfg strategy.Config) (strategy.Deployment, strategy.SessionOpener) {
+	t.Helper()
+	if meta.Attach == nil {
+		t.Skip("no Meta.Attach")
+	}
+	dep, err := meta.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	skip := ""
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if _, inMemory := dep.(strategy.ReserveCrasher); inMemory {
+		skip = "the stock is counted in a node process's memory (strategy.ReserveCrasher): one live process a node"
+	} else if !ok {
+		skip = "no attempt held open (strategy.SessionOpener)"
+	}
+	if skip != "" {
+		dep.Close()
+		t.Skip(skip)
+	}
+	return dep, opener
 }
