@@ -43,7 +43,7 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
 	sku := kitSKU("outlast")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 4}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -54,12 +54,15 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 	// strategy that sets its timeouts on its requests has set them once).
 	first := strategy.Request{Key: "kit-outlast-1-" + sku, User: "kit-outlast-1", SKU: sku, TTL: time.Hour}
 	if res, err := reserveUnlessBusy(ctx, node, first); err != nil || res.Outcome != strategy.OutcomeHeld {
-		t.Fatalf("Reserve %q on a fresh SKU of 3: %s, %v; want HELD", first.Key, res.Outcome, err)
+		t.Fatalf("Reserve %q on a fresh SKU of 4: %s, %v; want HELD", first.Key, res.Outcome, err)
 	}
 	req := func(i int) strategy.Request {
 		return strategy.Request{Key: fmt.Sprintf("kit-outlast-%d-%s", i, sku), User: fmt.Sprintf("kit-outlast-%d", i), SKU: sku, TTL: time.Hour}
 	}
 
+	// Four units: the first reservation, the attempt's and one for each
+	// request queued, so that a SOLD_OUT is never the count's doing (a
+	// strategy that takes a unit for an attempt at once has one for each).
 	// Behind an attempt where the strategy has them: it holds the rows its
 	// reservation wrote and whatever the strategy locks outside them (an
 	// advisory lock); else behind every row of the database's tables. Two
