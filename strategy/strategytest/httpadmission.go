@@ -78,6 +78,14 @@ func runHTTPAdmission(ctx context.Context, t *trial) error {
 	}
 	total := in.Stock[0].Total
 	admitted := g.Admitted + g.AdmittedAfterWait
+	// The strategy's BUSY (a lock not granted within its wait) is a 503
+	// too, given after admission, and its client sends the request again,
+	// which reaches the strategy once more: counted apart, so that neither
+	// the facts nor the checks below charge it to the gate (redislock's 3 s
+	// lock wait ran out under the race detector beside a table run).
+	busy := st.Answers[string(strategy.OutcomeBusy)]
+	t.vary("503 answers: the strategy's BUSY", int(busy))
+	admitted -= busy
 	t.fact("final answers", "201 %d, 409 %d%s", final[http.StatusCreated], final[http.StatusConflict], otherCodes(final))
 	t.fact("admitted", "%d, for %d clients", admitted, n)
 	t.vary("503 answers", int(all503.Load()))
@@ -95,18 +103,24 @@ func runHTTPAdmission(ctx context.Context, t *trial) error {
 	t.check(strategy.NoPhantomSoldOut, "every unit is sold: 201 answers equal the stock", final[http.StatusCreated] >= min(total, n),
 		fmt.Sprintf("201 x%d for %d units and %d clients", final[http.StatusCreated], total, n))
 	var twice []string
+	var again int64
 	for i := 0; i < n; i++ {
-		if e, _ := f.work.calls(t.key(fmt.Sprintf("req-%04d", i))); e != 1 {
+		e, _ := f.work.calls(t.key(fmt.Sprintf("req-%04d", i)))
+		switch {
+		case e == 0:
+			twice = append(twice, fmt.Sprintf("req-%04d never reached the strategy", i))
+		case e > 1:
+			again += int64(e - 1)
 			twice = append(twice, fmt.Sprintf("req-%04d reached the strategy %d times", i, e))
 		}
 	}
-	t.check(Base, "each client is admitted exactly once: a 503 never reached the strategy", len(twice) == 0 && admitted == int64(n),
+	t.check(Base, "each client is admitted exactly once: a 503 never reached the strategy", again == busy && int64(len(twice)) <= busy && admitted == int64(n),
 		fmt.Sprintf("the gate admitted %d for %d clients; %s", admitted, n, sample(twice)))
 	t.check(Base, "never more in the strategy at once than in_flight (counted by the harness)", f.work.maxInFlight.Load() <= int64(in.InFlight),
 		fmt.Sprintf("%d at once, limit %d", f.work.maxInFlight.Load(), in.InFlight))
 	t.check(Base, "never more waiting than queue (the gate's count)", g.MaxWaiting <= int64(in.Queue) && g.MaxInFlight <= int64(in.InFlight),
 		fmt.Sprintf("gate saw %d waiting (limit %d), %d in flight (limit %d)", g.MaxWaiting, in.Queue, g.MaxInFlight, in.InFlight))
-	t.check(Base, "every 503 is a refusal the gate counted, with Retry-After: 1", all503.Load() == g.RejectedQueueFull+g.RejectedTimeout && len(noRetryAfter) == 0,
+	t.check(Base, "every 503 is a refusal the gate counted, with Retry-After: 1", all503.Load() == g.RejectedQueueFull+g.RejectedTimeout+busy && len(noRetryAfter) == 0,
 		fmt.Sprintf("clients saw %d 503s, the gate refused %d (queue full %d, wait timeout %d); %s", all503.Load(),
 			g.RejectedQueueFull+g.RejectedTimeout, g.RejectedQueueFull, g.RejectedTimeout, sample(noRetryAfter)))
 	return nil
