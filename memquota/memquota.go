@@ -42,8 +42,13 @@
 // waits only for an attempt in flight with the same key, or the same user and
 // SKU, whose commit decides its answer: its insert waits on the unique
 // index; on a node with no unit left, the lookup sees from an advisory lock
-// that an insert of the key may be in flight and then waits for that row
-// alone (TestRepeatedKeyWaitsForOpenAttempt).
+// that an insert of the key may be in flight and then waits for that
+// insert's transaction, which may itself still wait on its user before it
+// has a row (the kit's deployment contract sends such a resend through
+// another node, and a second process), and then for any row of the key
+// (TestRepeatedKeyWaitsForOpenAttempt). An attempt held open that finds no
+// unit waits for the key's row alone: a resend inside a session, while its
+// first attempt waits on its user, may still be answered SOLD_OUT.
 //
 // # How it fails
 //
@@ -166,6 +171,13 @@ type Options struct {
 	// their key, user and SKU joined with ':', so "K:1" by "u" and "K" by
 	// "1:u" are merged and the second gets the first's answer.
 	FlightByJoinedText bool
+	// SoldOutProbesKeyOnly is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a node with no unit that sees the key's
+	// hint held waits for the key's row alone (probeSQL), not for the
+	// insert that holds the hint, so a resend whose first attempt still
+	// waits on the per-user index (no row yet) is answered SOLD_OUT while
+	// that attempt goes on to hold.
+	SoldOutProbesKeyOnly bool
 	// MovesToRestarted is a deliberate mistake, for the negative controls
 	// of table 28-1 only: Settle gives the unit of a release in doubt to
 	// the node running now, even when that node restarted since and its

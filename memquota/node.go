@@ -266,9 +266,11 @@ func answer(req strategy.Request, r strategy.Reservation, otherwise strategy.Out
 // attempt held open. Its commit decides the answer, so the node waits for it,
 // but only then: a plain request tries the key's advisory lock exclusively
 // in the same statement as the lookup (one round trip) and finds it free
-// unless an insert of the key holds it (insertSQL); only then does it probe
-// (probeSQL), which waits for exactly the rows in flight. An attempt held
-// open always probes: its transaction would keep the exclusive lock.
+// unless an insert of the key holds it (insertSQL); only then does it wait
+// for that insert's transaction to end (awaitHintSQL: the insert may still
+// be waiting for its user, with no row to wait for) and probe (probeSQL),
+// which waits for exactly the rows in flight. An attempt held open always
+// probes, and only probes: its transaction would keep the exclusive lock.
 func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
 	if !held {
 		r, free, err := lookupTry(ctx, q, req.Key)
@@ -277,6 +279,11 @@ func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, hel
 		}
 		if r.Status != strategy.StatusNotFound || free {
 			return answer(req, r, strategy.OutcomeSoldOut), nil
+		}
+		if !n.d.opts.SoldOutProbesKeyOnly {
+			if err := awaitHint(ctx, q, req.Key); err != nil {
+				return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+			}
 		}
 	}
 	// A row with the key may be in flight: wait for it, then read the log.
@@ -288,6 +295,22 @@ func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, hel
 		return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
 	}
 	return answer(req, r, strategy.OutcomeSoldOut), nil
+}
+
+// awaitHintSQL waits until no insert of the key holds its hint (insertSQL's
+// shared lock), and lets go at the end of the statement. The insert that
+// holds it may have no row yet: it waits before its insert on the per-user
+// index, behind an attempt of the same user and SKU, and the probe, which
+// waits on the key's index alone, would pass it by; its commit still
+// decides this request's answer when it is a resend.
+const awaitHintSQL = `SELECT pg_advisory_xact_lock($1)::text`
+
+func awaitHint(ctx context.Context, q querier, key string) error {
+	var void string
+	if err := q.QueryRow(ctx, awaitHintSQL, keyLock(key)).Scan(&void); err != nil {
+		return fmt.Errorf("wait for the insert of %q: %w", key, err)
+	}
+	return nil
 }
 
 // lookupTrySQL looks a key up and tries its advisory lock exclusively, for

@@ -111,6 +111,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"two requests in flight at once whose key and user joined with ':' read the same (K:1 by u, K by 1:u), each behind its twin held open, get each its own answer",
 			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a request that waits behind its user's attempt held open, sent again through a node with no unit of the SKU (of the same process, and of a second one that attached), is one request: once the attempt rolls back, one HELD and one REPLAY, never SOLD_OUT",
+			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)

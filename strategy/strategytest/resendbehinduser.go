@@ -1,0 +1,131 @@
+package strategytest
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkResendBehindUser: a request B waits behind an attempt held open for
+// its own user and SKU (another key), and its client, tired of waiting,
+// sends it again through another node, one with no unit of the SKU (its
+// share is 0). The attempt rolls back, so B holds a unit; its resend is the
+// same request, and must be answered as one: REPLAY (or HELD, with B's
+// REPLAY), or BUSY or an error, never SOLD_OUT, USER_LIMIT or KEY_REUSED.
+//
+// A node that answers SOLD_OUT from its own count first asks the log
+// whether the key is there, and waits for the key's row in flight; but B's
+// row is not in flight yet, it waits before its insert on the per-user
+// index, so a wait on the key's index alone finds nothing, and the resend
+// was told SOLD_OUT while B went on to hold (memquota's sold-out path
+// before it waited for the key's advisory lock; outsider round 18). The
+// duplicate-key scenario sends resends beside their first attempts, but
+// never while one waits on its user.
+//
+// Where a request of the user waits elsewhere, or not at all, the check
+// is skipped; the resend's wait is read from pg_blocking_pids (behind the
+// attempt, or behind B), so it has either answered or waits when the
+// attempt rolls back. The resend goes through node 1 of the same process,
+// then of a second process that attached (Meta.Attach): a node that finds
+// the key in flight by a lock id of its own process's making (a hash seeded
+// at start) sees nothing of the first process's insert (outsider round 18).
+func checkResendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	resendBehindUser(t, meta, db, admin, rs, false)
+	if meta.Attach != nil {
+		resendBehindUser(t, meta, db, admin, rs, true)
+	}
+}
+
+// resendBehindUser is one pass of checkResendBehindUser: the resend goes
+// through node 1 of the same process, or (attached) of a second process
+// that attached to the stock, as a client that tries another server does.
+// Node 0 of the first process and node 1 of the second are the only nodes
+// used, so a strategy that counts stock in a node's memory still has one
+// live process a node.
+func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, attached bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	where := map[bool]string{false: "node 1", true: "node 1 of a second process that attached"}[attached]
+	sku := kitSKU("resend-user")
+	cfg := strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 3, Shares: []int{3, 0}}}}
+	dep, err := meta.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	other := dep
+	if attached {
+		if other, err = meta.Attach(ctx, cfg); err != nil {
+			t.Fatalf("Attach a second process to the stock: %v", err)
+		}
+		defer other.Close()
+	}
+	user := "kit-ru-u"
+	attempt, pids := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-ru-a-" + sku, User: user, SKU: sku, TTL: time.Hour},
+		"the user's attempt held open")
+	defer func() { _ = attempt.Rollback(context.Background()) }()
+	holder := int32(pids[0])
+
+	var box panicBox
+	defer box.rethrow()
+	req := strategy.Request{Key: "kit-ru-b-" + sku, User: user, SKU: sku, TTL: time.Hour}
+	first := reserveAsync(ctx, &box, dep.Node(0), req)
+	if blocked, err := awaitAnswerOrBlocked(ctx, admin, holder, first); err != nil {
+		t.Fatalf("Reserve %q behind its user's attempt held open: %v", req.Key, err)
+	} else if !blocked {
+		a := <-first
+		t.Skip("a request of a user whose attempt of the SKU is held open does not wait for it in PostgreSQL (" + string(a.res.Outcome) + ")")
+	}
+	resend := reserveAsync(ctx, &box, other.Node(1), req)
+	// A resend that waits outside PostgreSQL (in a node's memory, in Redis)
+	// is not seen; after resendSeenWithin the attempt rolls back all the
+	// same, and the answers are judged as they come.
+	seenCtx, seenCancel := context.WithTimeout(ctx, resendSeenWithin)
+	err = awaitAnswerOr(seenCtx, resend, func() (bool, error) {
+		var n int
+		err := admin.QueryRow(seenCtx, sqlBlockedBehind, holder).Scan(&n)
+		return n >= 2, err
+	})
+	seenCancel()
+	if err != nil && ctx.Err() != nil {
+		t.Fatalf("the resend of %q through %s while the first waits: %v", req.Key, where, err)
+	}
+	if err := attempt.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback of the attempt held open: %v", err)
+	}
+	a1, a2 := <-first, <-resend
+	held := func(a answer) bool {
+		return a.err == nil && (a.res.Outcome == strategy.OutcomeHeld || a.res.Outcome == strategy.OutcomeReplay)
+	}
+	refused := func(a answer) bool {
+		return a.err == nil && !held(a) && a.res.Outcome != strategy.OutcomeBusy
+	}
+	switch {
+	case a1.err == nil && a2.err == nil && a1.res.Outcome == strategy.OutcomeHeld && a2.res.Outcome == strategy.OutcomeHeld:
+		t.Errorf("key %q sent twice (node 0, waiting behind its user's attempt, and %s, with no unit): HELD both times; want one HELD and one REPLAY", req.Key, where)
+	case held(a1) && refused(a2), held(a2) && refused(a1):
+		t.Errorf("key %q sent on node 0, where it waited behind its user's attempt held open (rolled back), and again on %s, which has no unit of the SKU: answered %s on node 0 and %s there; the two are one request, and a key that holds a unit is answered REPLAY",
+			req.Key, where, a1.res.Outcome, a2.res.Outcome)
+	}
+}
+
+// resendSeenWithin bounds the wait for the resend to be seen waiting. It
+// orders nothing the verdict relies on: a resend still on its way when the
+// attempt rolls back is judged the same.
+const resendSeenWithin = 10 * time.Second
+
+// sqlBlockedBehind counts the backends that wait for $1, directly or behind
+// one that waits for it.
+const sqlBlockedBehind = `
+SELECT count(*) FROM pg_stat_activity a
+WHERE a.pid <> $1 AND ($1 = ANY(pg_blocking_pids(a.pid)) OR EXISTS (
+	SELECT 1 FROM unnest(pg_blocking_pids(a.pid)) b WHERE $1 = ANY(pg_blocking_pids(b))))`
