@@ -63,6 +63,8 @@ type Deployment struct {
 	mmu    sync.Mutex
 	moves  []moveDoubt
 	nmoves atomic.Int32
+	// counted numbers attempts when Options.AttemptsCounted is set.
+	counted atomic.Int64
 
 	closed atomic.Bool // Close was called: no restart any more
 }

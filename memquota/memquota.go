@@ -178,6 +178,12 @@ type Options struct {
 	// waits on the per-user index (no row yet) is answered SOLD_OUT while
 	// that attempt goes on to hold.
 	SoldOutProbesKeyOnly bool
+	// AttemptsCounted is a deliberate mistake, for the negative controls of
+	// table 28-1 only: inserts and moves are numbered by a counter of the
+	// process from 1, so a process that attached after another settles a
+	// release in doubt by a number the other one used, and gives back the
+	// other's unit too.
+	AttemptsCounted bool
 	// MovesToRestarted is a deliberate mistake, for the negative controls
 	// of table 28-1 only: Settle gives the unit of a release in doubt to
 	// the node running now, even when that node restarted since and its

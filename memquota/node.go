@@ -225,7 +225,7 @@ func (n *node) reserve(ctx context.Context, a *pass, req strategy.Request) (stra
 // logSale writes the sales-log row for the unit just taken from c.
 func (n *node) logSale(ctx context.Context, a *pass, c *counter, req strategy.Request) (strategy.Result, error) {
 	q, held := a.q, a.held
-	a.attempt = rand.Int64()
+	a.attempt = n.d.newAttempt()
 	var expires time.Time
 	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.attempt).Scan(&expires)
 	switch {
@@ -361,6 +361,17 @@ func wroteNothing(err error) bool {
 	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
+// newAttempt numbers an insert or a move, for Settle to find its row: at
+// random, so that no other process, now or before, marks a row with it
+// (the kit's deployment contract settles a release in doubt in a process
+// that attached after another made the same moves).
+func (d *Deployment) newAttempt() int64 {
+	if d.opts.AttemptsCounted {
+		return d.counted.Add(1)
+	}
+	return rand.Int64()
+}
+
 // keyLock maps a request key to the 64-bit id of its advisory lock.
 func keyLock(key string) int64 {
 	h := fnv.New64a()
@@ -487,7 +498,7 @@ func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args 
 		return 0, err
 	}
 	defer conn.Release()
-	attempt := rand.Int64()
+	attempt := n.d.newAttempt()
 	moved, err := moveRows(ctx, conn, stmt, append(args, attempt)...)
 	if err != nil {
 		if !wroteNothing(err) {

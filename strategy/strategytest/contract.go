@@ -113,6 +113,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a request that waits behind its user's attempt held open, sent again through a node with no unit of the SKU (of the same process, and of a second one that attached), is one request: once the attempt rolls back, one HELD and one REPLAY, never SOLD_OUT",
 			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a SKU of 1 unit reserved and released by one process, then by a second that attached, whose release is cut once the server ran it, sells 1 unit again: the second settles only its own",
+			func(r tester) { checkCutReleaseInNewProcess(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)
