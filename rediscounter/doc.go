@@ -34,7 +34,10 @@
 //     that node's dead requests. The restart first waits for the node's own
 //     requests, and keeps the units of keys other nodes took and have not
 //     committed (each key's node is marked): a recount of the committed
-//     rows alone sold those again (restart-in-flight). A request of another
+//     rows alone sold those again (restart-in-flight). A resend marks its
+//     key as its own node's, so the recount of the node where the first
+//     attempt died leaves the unit to the resend in flight (the deployment
+//     contract's crashed-then-resent check). A request of another
 //     node that died in the window keeps its unit until that node restarts.
 //     A recount after Redis lost the counter has no markers to keep: a
 //     request that had its unit from the old Redis and commits its row

@@ -129,6 +129,12 @@ const (
 	// asking them: a release whose give-back came first (it found the row
 	// moved and the unit owed) has its unit given back twice.
 	BatchGiveBack
+	// ResendKeepsNode: a resend leaves its key marked as the node that
+	// first took its unit ("the marker is already there"): when that node
+	// died mid-reserve and restarts while the resend's insert is on its
+	// way, the recount finds a unit of its own with no row, gives it back,
+	// and the resend's unit sells twice.
+	ResendKeepsNode
 )
 
 func (o Options) keep() Keep {

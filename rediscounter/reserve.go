@@ -180,7 +180,11 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 // take runs takeScript for node i, loading a missing counter once.
 func (d *Deployment) take(ctx context.Context, req strategy.Request, i int) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		got, err := takeScript.Run(ctx, d.rdb, d.keys(req.SKU), req.Key, req.User, i).Int64()
+		script := takeScript
+		if d.mistake == ResendKeepsNode {
+			script = takeKeepsNodeScript
+		}
+		got, err := script.Run(ctx, d.rdb, d.keys(req.SKU), req.Key, req.User, i).Int64()
 		if err == nil && got == takeTaken && d.mistake == KeysExpire {
 			for _, k := range d.keys(req.SKU) {
 				if err := d.rdb.PExpire(ctx, k, 7*24*time.Hour).Err(); err != nil {

@@ -1,6 +1,10 @@
 package rediscounter
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts. Redis runs each atomically: no other command runs
 // between its check and its write. Per SKU there are four keys:
@@ -29,7 +33,14 @@ const (
 
 // takeScript: KEYS stock, keys, users, nodes; ARGV key, user, node. A
 // resend marks the key as its own node's: the unit is in flight there now.
-var takeScript = redis.NewScript(`
+var takeScript = redis.NewScript(takeSource)
+
+// takeKeepsNodeScript is takeScript with Mistake ResendKeepsNode: a resend
+// leaves the key marked as the node that first took its unit.
+var takeKeepsNodeScript = redis.NewScript(strings.Replace(takeSource,
+	"    redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])\n    return 2", "    return 2", 1))
+
+const takeSource = `
 local owner = redis.call('HGET', KEYS[2], ARGV[1])
 if owner then
   if owner == ARGV[2] then
@@ -47,7 +58,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
 return 1
-`)
+`
 
 // giveBackScript returns the unit of a key that is still marked, once:
 // KEYS stock, keys, users, nodes; ARGV key, user. It answers 1 if it gave

@@ -115,6 +115,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a SKU of 1 unit reserved and released by one process, then by a second that attached, whose release is cut once the server ran it, sells 1 unit again: the second settles only its own",
 			func(r tester) { checkCutReleaseInNewProcess(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+		{"a request that died mid-reserve on node 0, sent again through node 1 and written while node 0 restarts, keeps its unit: the SKU of 1 unit sells no more",
+			func(r tester) { checkCrashedResentDuringRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)

@@ -174,7 +174,7 @@ func runFailover(ctx context.Context, t *trial) error {
 	// a lock on the tables would queue behind those COMMITs).
 	release := func() {}
 	if !synchronous {
-		if release, err = t.holdTables(ctx, admin, "ACCESS EXCLUSIVE"); err != nil {
+		if release, err = holdTables(ctx, admin, "ACCESS EXCLUSIVE"); err != nil {
 			return err
 		}
 	}
@@ -436,7 +436,7 @@ func waitActivity(ctx context.Context, admin *pgxpool.Pool, what, cond string, n
 // TABLE mode: "ACCESS EXCLUSIVE" queues every statement, "SHARE" only the
 // writes) in a transaction of the harness's own (as the gate does) until
 // release is called.
-func (t *trial) holdTables(ctx context.Context, admin *pgxpool.Pool, mode string) (release func(), err error) {
+func holdTables(ctx context.Context, admin *pgxpool.Pool, mode string) (release func(), err error) {
 	conn, err := admin.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hold the tables: %w", err)

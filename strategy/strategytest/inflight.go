@@ -43,7 +43,7 @@ func (t *trial) restartWithInFlight(ctx context.Context, ph Phase, label string)
 	}
 	release := func() {}
 	if len(tables) > 0 { // else nothing to queue on: the requests run as they will
-		if release, err = t.holdTables(ctx, t.env.Admin, "SHARE"); err != nil {
+		if release, err = holdTables(ctx, t.env.Admin, "SHARE"); err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
 	}

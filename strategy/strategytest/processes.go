@@ -84,7 +84,7 @@ func runProcessRestart(ctx context.Context, t *trial) error {
 	}
 
 	// Node 0, under load, is killed.
-	release, err := t.holdTables(ctx, t.env.Admin, "ACCESS EXCLUSIVE")
+	release, err := holdTables(ctx, t.env.Admin, "ACCESS EXCLUSIVE")
 	if err != nil {
 		return err
 	}

@@ -178,7 +178,7 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	if len(tables) == 0 {
 		close(heldDone)
 	} else {
-		if release, err = t.holdTables(ctx, t.env.Admin, "SHARE"); err != nil {
+		if release, err = holdTables(ctx, t.env.Admin, "SHARE"); err != nil {
 			return fmt.Errorf("stall: %w", err)
 		}
 		defer func() { release() }()
