@@ -87,6 +87,13 @@ type Options struct {
 	// deployment's configuration, so a second process whose configuration
 	// lists the SKUs in another order locks another SKU's id.
 	LockByPosition bool
+	// LockFirstAttemptOnly is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a session takes its advisory lock in its
+	// first attempt only ("a transaction-level lock is held until the
+	// session ends": a round trip saved per item of a cart), so the second
+	// SKU of a cart is reserved under the first SKU's lock, and a plain
+	// request for it sells its last unit too.
+	LockFirstAttemptOnly bool
 }
 
 // isolation is the level the transactions begin at.
@@ -435,7 +442,8 @@ func expireIn(ctx context.Context, db execer, skus []string) (int, error) {
 // session is an attempt, or the expiry job, held open (pgstrategy.Tx).
 type session struct {
 	*pgstrategy.Tx
-	d *Deployment
+	d      *Deployment
+	locked bool // an attempt took its lock (Options.LockFirstAttemptOnly)
 }
 
 // OpenSession holds an attempt open.
@@ -466,7 +474,12 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if s.d.opts.SessionLockApart {
 		lockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
 	}
-	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL) })
+	if s.d.opts.LockFirstAttemptOnly && s.locked {
+		lockSQL = `SELECT 1 WHERE $1::text IS NOT NULL`
+	}
+	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL) })
+	s.locked = s.locked || err == nil
+	return res, err
 }
 
 // ExpireDue runs the expiry job inside the session (kill-release scenario).

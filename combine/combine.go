@@ -80,6 +80,11 @@ const (
 	// answers each of its requests BUSY, as if it had written nothing,
 	// though its COMMIT may have been sent and may well have committed.
 	DeadlineIsBusy
+	// BatchUnderFirstCaller: a batch runs under its first request's
+	// context, bounded by BatchTimeout, instead of a context of its own:
+	// when that caller gives up, the others in the batch, whose callers
+	// did not, end with its cancellation.
+	BatchUnderFirstCaller
 )
 
 func (o Options) withDefaults() Options {

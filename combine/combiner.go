@@ -100,7 +100,11 @@ func (c *combiner) run(batch []*pending) {
 		reqs[i] = p.req
 	}
 	c.d.countBatch(len(batch))
-	ctx, cancel := context.WithTimeout(context.Background(), c.d.opts.BatchTimeout)
+	parent := context.Background()
+	if c.d.opts.Mistake == BatchUnderFirstCaller {
+		parent = batch[0].ctx
+	}
+	ctx, cancel := context.WithTimeout(parent, c.d.opts.BatchTimeout)
 	defer cancel()
 	replies, err := serve(ctx, c.d.db, c.sku, reqs, c.d.opts.Mistake)
 	var again []*pending

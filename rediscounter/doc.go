@@ -34,10 +34,14 @@
 //     that node's dead requests. The restart first waits for the node's own
 //     requests, and keeps the units of keys other nodes took and have not
 //     committed (each key's node is marked): a recount of the committed
-//     rows alone sold those again (restart-in-flight). A resend marks its
-//     key as its own node's, so the recount of the node where the first
-//     attempt died leaves the unit to the resend in flight (the deployment
-//     contract's crashed-then-resent check). A request of another
+//     rows alone sold those again (restart-in-flight). A key is marked with
+//     every node that took or resent it, and a node's recount takes only
+//     its own mark off: the unit comes back when no node is left. So the
+//     recount of the node where the first attempt died leaves the unit to
+//     the resend in flight, and the recount of a resend's node leaves it to
+//     the first attempt still on its way (the deployment contract's two
+//     resend-and-restart checks; until 2026-12-05 a resend replaced the
+//     mark, and the second case sold the unit twice). A request of another
 //     node that died in the window keeps its unit until that node restarts.
 //     A recount after Redis lost the counter has no markers to keep: a
 //     request that had its unit from the old Redis and commits its row

@@ -135,6 +135,11 @@ const (
 	// way, the recount finds a unit of its own with no row, gives it back,
 	// and the resend's unit sells twice.
 	ResendKeepsNode
+	// ResendMovesNode: a resend marks its key as its own node's alone
+	// (rediscounter until 2026-12-05): when the resend gives up and its
+	// node restarts while the first attempt's insert, on another node, is
+	// still on its way, the recount gives the unit back, and it sells twice.
+	ResendMovesNode
 )
 
 func (o Options) keep() Keep {

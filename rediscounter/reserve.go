@@ -181,8 +181,11 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 func (d *Deployment) take(ctx context.Context, req strategy.Request, i int) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		script := takeScript
-		if d.mistake == ResendKeepsNode {
+		switch d.mistake {
+		case ResendKeepsNode:
 			script = takeKeepsNodeScript
+		case ResendMovesNode:
+			script = takeMovesNodeScript
 		}
 		got, err := script.Run(ctx, d.rdb, d.keys(req.SKU), req.Key, req.User, i).Int64()
 		if err == nil && got == takeTaken && d.mistake == KeysExpire {

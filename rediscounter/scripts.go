@@ -12,8 +12,8 @@ import (
 //	{sku}:stock   the units left (a string holding an integer)
 //	{sku}:keys    hash request key -> user: the keys that took a unit
 //	{sku}:users   hash user -> request key: who holds a unit of the SKU
-//	{sku}:nodes   hash request key -> node: the node that took (or last
-//	              resent) it, so a node's restart can tell its own dead
+//	{sku}:nodes   hash request key -> the nodes that took or resent it
+//	              (",0,1,"), so a node's restart can tell its own dead
 //	              requests from another node's live ones (loadScript)
 //
 // The markers make a resend safe: a request whose unit was taken but
@@ -32,19 +32,35 @@ const (
 )
 
 // takeScript: KEYS stock, keys, users, nodes; ARGV key, user, node. A
-// resend marks the key as its own node's: the unit is in flight there now.
-var takeScript = redis.NewScript(takeSource)
+// resend adds its own node to the key's nodes: the unit is in flight there
+// now, and may still be where the key was sent first.
+var takeScript = redis.NewScript(strings.Replace(takeSource, "--resend\n", resendMarks, 1))
+
+// resendMarks adds the node of a resend to its key's nodes. Replacing them
+// (rediscounter until 2026-12-05) let a restart of the resend's node give
+// back a unit whose first attempt was still in flight on another node;
+// leaving them as they were let a restart of the first node give it back
+// while the resend was in flight.
+const resendMarks = `    local n = redis.call('HGET', KEYS[4], ARGV[1]) or ','
+    if not string.find(n, ',' .. ARGV[3] .. ',', 1, true) then
+      redis.call('HSET', KEYS[4], ARGV[1], n .. ARGV[3] .. ',')
+    end
+`
 
 // takeKeepsNodeScript is takeScript with Mistake ResendKeepsNode: a resend
-// leaves the key marked as the node that first took its unit.
-var takeKeepsNodeScript = redis.NewScript(strings.Replace(takeSource,
-	"    redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])\n    return 2", "    return 2", 1))
+// leaves the key's nodes as they were. takeMovesNodeScript is takeScript
+// with Mistake ResendMovesNode: a resend replaces them by its own.
+var (
+	takeKeepsNodeScript = redis.NewScript(strings.Replace(takeSource, "--resend\n", "", 1))
+	takeMovesNodeScript = redis.NewScript(strings.Replace(takeSource, "--resend\n",
+		"    redis.call('HSET', KEYS[4], ARGV[1], ',' .. ARGV[3] .. ',')\n", 1))
+)
 
 const takeSource = `
 local owner = redis.call('HGET', KEYS[2], ARGV[1])
 if owner then
   if owner == ARGV[2] then
-    redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+--resend
     return 2
   end
   return 4
@@ -56,7 +72,7 @@ if tonumber(s) <= 0 then return 0 end
 redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[1], ',' .. ARGV[3] .. ',')
 return 1
 `
 
@@ -89,24 +105,30 @@ return 1
 // loaded.
 //
 // With a node (a restart of that node, which has waited for its own
-// requests) a marked key that is not among the active reservations and
-// was taken by another node stays marked and keeps its unit: that node's
-// request may be between its script and its insert, and its row then
-// commits after the read. The restarted node's own such keys died with
-// its requests, and their units come back. Without a node (Redis lost the
-// counter, and every marker with it) the reservations are all there is.
+// requests) a marked key that is not among the active reservations loses
+// that node from its nodes; while another node is left, it stays marked
+// and keeps its unit: that node's request may be between its script and
+// its insert, and its row then commits after the read. A key whose only
+// node was the restarted one died with its request, and its unit comes
+// back. Without a node (Redis lost the counter, and every marker with it)
+// the reservations are all there is.
 var loadScript = redis.NewScript(`
 if ARGV[1] == '0' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local active = {}
 for i = 4, #ARGV, 2 do active[ARGV[i]] = true end
 local kept = {}
 if ARGV[3] ~= '' then
+  local own = ',' .. ARGV[3] .. ','
   local taken = redis.call('HGETALL', KEYS[4])
   for i = 1, #taken, 2 do
     local k, n = taken[i], taken[i+1]
-    if n ~= ARGV[3] and not active[k] then
-      local u = redis.call('HGET', KEYS[2], k)
-      if u then kept[#kept+1] = {k, u, n} end
+    if not active[k] then
+      local from, to = string.find(n, own, 1, true)
+      if from then n = string.sub(n, 1, from) .. string.sub(n, to + 1) end
+      if n ~= ',' then
+        local u = redis.call('HGET', KEYS[2], k)
+        if u then kept[#kept+1] = {k, u, n} end
+      end
     end
   end
 end

@@ -85,6 +85,11 @@ const (
 	// is answered SOLD_OUT ("a queue that long means the SKU is gone"),
 	// while the holder may yet roll back or units remain.
 	WaitIsSoldOut
+	// SessionRelocks: every attempt of a session takes the SKU's lock, as a
+	// plain request does, also when its own session holds it: the second
+	// unit of one SKU in one session waits for itself until its bound and
+	// answers BUSY.
+	SessionRelocks
 )
 
 func (o Options) wait() time.Duration {
@@ -251,7 +256,7 @@ func connect(ctx context.Context, cfg strategy.Config) (*redis.Client, error) {
 func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Client) *Deployment {
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
-		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut,
+		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -276,6 +281,7 @@ type Deployment struct {
 	unlockErrorIsBusy bool // Options.Mistake UnlockErrorIsBusy
 	busyWhenLost      bool // Options.Mistake BusyWhenLost
 	waitIsSoldOut     bool // Options.Mistake WaitIsSoldOut
+	sessionRelocks    bool // Options.Mistake SessionRelocks
 }
 
 var (

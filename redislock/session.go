@@ -74,7 +74,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	s.mu.Lock()
 	h := s.locks[req.SKU]
 	s.mu.Unlock()
-	if h == nil {
+	if h == nil || s.d.sessionRelocks {
 		h, err = s.d.locks.take(ctx, req.SKU, &s.waiting)
 		if err != nil {
 			return s.d.lockRefused(ctx, req, err)

@@ -116,3 +116,100 @@ func checkCrashedResentDuringRestart(t tester, meta strategy.Meta, db, admin *pg
 const sqlWaitingOnLock = `
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`
+
+// checkResendGivenUpThenRestarted is the other order: the first attempt
+// for the one unit of a SKU is in flight on node 0 (its write waits on the
+// harness's SHARE lock), its client gives up and sends it again through
+// node 1, gives up on that too while its write waits, and node 1 restarts;
+// then the first attempt's write goes through, and new users ask for the
+// SKU. Node 1's restart gives back what its own dead requests took: the
+// resend took nothing of its own, and the first attempt's unit must stay
+// out. rediscounter marked a resent key as the resend's node alone, and
+// node 1's recount gave the unit back (outsider round 19).
+func checkResendGivenUpThenRestarted(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	if !meta.Claims.Has(strategy.SurvivesRestart) {
+		t.Skip("survives-restart not claimed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("resend-restart")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	restarter, restarts := dep.(strategy.Restarter)
+	if !restarts {
+		t.Skip("no Restart (strategy.Restarter)")
+	}
+	release, err := holdTables(ctx, admin, "SHARE")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer func() { release() }()
+	var box panicBox
+	defer box.rethrow()
+	req := strategy.Request{Key: "kit-rr-1-" + sku, User: "kit-rr-u1", SKU: sku, TTL: time.Hour}
+	waiting := func(n int, done chan answer) {
+		t.Helper()
+		seenCtx, seenCancel := context.WithTimeout(ctx, resendSeenWithin)
+		defer seenCancel()
+		err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
+			var got int
+			err := admin.QueryRow(seenCtx, sqlWaitingOnLock).Scan(&got)
+			return got >= n, err
+		})
+		if err != nil && ctx.Err() != nil {
+			t.Fatalf("Reserve %q while the tables are held: %v", req.Key, err)
+		}
+	}
+	first := reserveAsync(ctx, &box, dep.Node(0), req)
+	waiting(1, first)
+	resendCtx, giveUp := context.WithCancel(ctx)
+	resend := reserveAsync(resendCtx, &box, dep.Node(1), req)
+	waiting(2, resend)
+	giveUp()
+	r := <-resend
+	restarted := make(chan error, 1)
+	go func() {
+		err := fmt.Errorf("restart panicked")
+		defer func() { restarted <- err }()
+		defer box.catch()
+		err = restarter.Restart(ctx, 1)
+	}()
+	bound := time.NewTimer(restartWaitMax)
+	select {
+	case err := <-restarted:
+		restarted <- err
+	case <-bound.C: // it waits for the tables (or is slow): let them go
+	}
+	bound.Stop()
+	release()
+	release = func() {}
+	a := <-first
+	if err := <-restarted; err != nil {
+		t.Fatalf("Restart node 1 after its resend was given up: %v", err)
+	}
+	held := 0
+	for i := 2; i <= 4; i++ {
+		r := strategy.Request{Key: fmt.Sprintf("kit-rr-%d-%s", i, sku), User: fmt.Sprintf("kit-rr-u%d", i), SKU: sku, TTL: time.Hour}
+		res, err := reserveUnlessBusy(ctx, dep.Node(i%2), r)
+		if err != nil {
+			t.Fatalf("Reserve %q after the restart: %v", r.Key, err)
+		}
+		if res.Outcome == strategy.OutcomeHeld {
+			held++
+		}
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, st := range list {
+		if st.SKU == sku && st.Active > st.Total {
+			t.Errorf("SKU of 1 unit: a request in flight on node 0 (answered %s, %v) was sent again through node 1 and given up (%s, %v), and node 1 restarted before the first was written; then %d of 3 new users HELD it; audit: %d active for %d (node 1's restart gave back the first attempt's unit)",
+				a.res.Outcome, a.err, r.res.Outcome, r.err, held, st.Active, st.Total)
+		}
+	}
+}

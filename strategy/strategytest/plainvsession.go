@@ -18,10 +18,28 @@ import (
 // two ways) passes them all and sells the unit twice.
 func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
+	plainBesideSession(t, meta, db, admin, rs, false)
+	plainBesideSession(t, meta, db, admin, rs, true)
+}
+
+// plainBesideSession is one pass of checkPlainBesideSession. With cart, the
+// attempt first reserves the one unit of another SKU, then the last unit
+// of the plain request's SKU: a checkout of a cart in one transaction. A
+// strategy that takes its lock in a session's first attempt only (the
+// first SKU's) leaves the second SKU unguarded, and the plain request
+// sells its unit too (outsider round 19).
+func plainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, cart bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("plain-session")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	stock := []strategy.Stock{{SKU: sku, Total: 1}}
+	what := "an attempt held open"
+	if cart {
+		stock = append([]strategy.Stock{{SKU: sku + "-first", Total: 1}}, stock...)
+		what = "an attempt held open that reserved another SKU first"
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -30,7 +48,19 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
 	}
-	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-plain-session-held-" + sku, User: "kit-plain-session-a", SKU: sku, TTL: time.Hour}, "Session.Reserve of the only unit")
+	held := strategy.Request{Key: "kit-plain-session-held-" + sku, User: "kit-plain-session-a", SKU: sku, TTL: time.Hour}
+	var s strategy.Session
+	var backends []uint32
+	if cart {
+		s, backends = holdInSession(ctx, t, opener, strategy.Request{Key: "kit-plain-session-first-" + sku, User: "kit-plain-session-a", SKU: stock[0].SKU, TTL: time.Hour},
+			"Session.Reserve of the one unit of the cart's first SKU")
+		if res, err := s.Reserve(ctx, held); err != nil || res.Outcome != strategy.OutcomeHeld {
+			_ = s.Rollback(ctx)
+			t.Fatalf("Session.Reserve of the only unit of a second SKU, after the first: %s, %v; want HELD", res.Outcome, err)
+		}
+	} else {
+		s, backends = holdInSession(ctx, t, opener, held, "Session.Reserve of the only unit")
+	}
 	defer func() { _ = s.Rollback(ctx) }()
 	var box panicBox
 	defer box.rethrow()
@@ -47,7 +77,7 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 		early = &a
 	}
 	if early != nil && early.err == nil && early.res.Outcome == strategy.OutcomeHeld {
-		t.Errorf("a plain Reserve was HELD while an attempt held open had the only unit: it took no lock the attempt holds")
+		t.Errorf("a plain Reserve was HELD while %s had the only unit: it took no lock the attempt holds", what)
 	}
 	if err := s.Commit(ctx); err != nil {
 		t.Fatalf("Commit of the attempt held open: %v", err)
@@ -56,14 +86,16 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 		a := <-done
 		early = &a
 		if a.err == nil && a.res.Outcome == strategy.OutcomeHeld {
-			t.Errorf("a plain Reserve that waited for the attempt holding the only unit was HELD after it committed")
+			t.Errorf("a plain Reserve that waited for %s holding the only unit was HELD after it committed", what)
 		}
 	}
 	list, err := dep.Audit(ctx)
-	if err != nil || len(list) != 1 {
+	if err != nil || len(list) != len(stock) {
 		t.Fatalf("Audit: %+v, %v", list, err)
 	}
-	if a := list[0]; a.Active > a.Total || a.Drift() != 0 {
-		t.Errorf("audit after a plain Reserve beside an attempt held open on the last unit: %+v; want at most 1 active, drift 0", a)
+	for _, a := range list {
+		if a.Active > a.Total || a.Drift() != 0 {
+			t.Errorf("audit after a plain Reserve beside %s on the last unit: %+v; want at most 1 active, drift 0", what, a)
+		}
 	}
 }

@@ -21,5 +21,9 @@ func advisorylockMistakes() []Control {
 			"ctl-advisory-lock-by-position", "advisorylock with one mistake", "new",
 			"the SKU's advisory lock id is its position in the deployment's configuration: a second process that lists the SKUs in another order locks another SKU's id, and its request beside an attempt of the first takes the unit the attempt sold",
 			expect("deployment-contract", strategy.NoOversell)),
+		fromStrategy(advisorylock.New(advisorylock.Options{LockFirstAttemptOnly: true}),
+			"ctl-advisory-lock-first-attempt", "advisorylock with one mistake", "new",
+			"a session takes its advisory lock in its first attempt only (\"held until the session ends\"): a cart's second SKU is reserved under the first SKU's lock, and a plain request for it sells its last unit too",
+			expect("deployment-contract", strategy.NoOversell)),
 	}
 }

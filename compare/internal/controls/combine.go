@@ -25,5 +25,9 @@ func combineMistakes() []Control {
 			"ctl-combine-deadline-busy", "combine with one mistake", "new",
 			"a batch whose own deadline expired while its COMMIT waited answers BUSY, a definite answer, though the COMMIT was sent and commits once the wait ends",
 			expect("commit-timeout", contract)),
+		fromStrategy(combine.New(combine.Options{Mistake: combine.BatchUnderFirstCaller}),
+			"ctl-combine-batch-under-first-caller", "combine with one mistake", "new",
+			"a batch runs under its first request's context: when that caller gives up, the other requests of the batch, whose callers did not, end with its cancellation",
+			expect("deployment-contract", contract)),
 	}
 }

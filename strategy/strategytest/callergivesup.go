@@ -1,0 +1,88 @@
+package strategytest
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkOthersGiveUp: three requests for one SKU, X, A and B, reach node 0
+// one after another while their writes wait (the harness holds the
+// strategy's tables in SHARE mode). X's caller gives up; once X has
+// answered, or its work goes on without it, A's caller gives up while A is
+// on its way; then the tables are let go. B's caller never gave up and met
+// no fault: it gets a definite answer, HELD (a unit is left for it
+// whatever X and A did) or BUSY. A strategy that serves requests together
+// and runs their work under one caller's context (combine's batch under
+// its first request's) ends B with that caller's cancellation; the kit's
+// other give-ups are one request at a time (outsider round 19).
+//
+// The waits are read from pg_stat_activity; the bound on X's answer only
+// lets a strategy whose work outlives its caller go on, and orders nothing
+// the verdict relies on.
+func checkOthersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("give-up")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	release, err := holdTables(ctx, admin, "SHARE")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer func() { release() }()
+	var box panicBox
+	defer box.rethrow()
+	waiting := func(what string, done chan answer) {
+		t.Helper()
+		seenCtx, seenCancel := context.WithTimeout(ctx, giveUpSeenWithin)
+		defer seenCancel()
+		err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
+			var n int
+			err := admin.QueryRow(seenCtx, sqlWaitingOnLock).Scan(&n)
+			return n > 0, err
+		})
+		if err != nil && ctx.Err() != nil {
+			t.Fatalf("%s while the tables are held: %v", what, err)
+		}
+	}
+	req := func(name string) strategy.Request {
+		return strategy.Request{Key: "kit-gu-" + name + "-" + sku, User: "kit-gu-" + name, SKU: sku, TTL: time.Hour}
+	}
+	xCtx, giveUpX := context.WithCancel(ctx)
+	defer giveUpX()
+	x := reserveAsync(xCtx, &box, dep.Node(0), req("x"))
+	waiting("X", x)
+	aCtx, giveUpA := context.WithCancel(ctx)
+	defer giveUpA()
+	a := reserveAsync(aCtx, &box, dep.Node(0), req("a"))
+	b := reserveAsync(ctx, &box, dep.Node(0), req("b"))
+	giveUpX()
+	xCame := func() bool {
+		bound, stop := context.WithTimeout(ctx, giveUpSeenWithin)
+		defer stop()
+		return awaitAnswerOr(bound, x, func() (bool, error) { return false, nil }) == nil
+	}()
+	waiting("A and B, once X's caller gave up", a)
+	giveUpA()
+	release()
+	release = func() {}
+	ab := <-b
+	if ab.err != nil || (ab.res.Outcome != strategy.OutcomeHeld && ab.res.Outcome != strategy.OutcomeBusy) {
+		t.Errorf("three requests for a SKU of 3 units while their writes waited; the callers of the first two gave up (the first answered before the writes could go on: %v); the third's caller did not, and no fault was made: %s, %v; want HELD (or BUSY)",
+			xCame, ab.res.Outcome, ab.err)
+	}
+	<-x
+	<-a
+}
+
+// giveUpSeenWithin bounds checkOthersGiveUp's waits for an answer, or a
+// write seen waiting, that may not come.
+const giveUpSeenWithin = 2 * time.Second

@@ -1,0 +1,55 @@
+package strategytest
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkTwoOfOneSKUInSession: one attempt held open reserves two units of
+// one SKU, for two users (a checkout of two tickets in one transaction),
+// with nobody else asking: both are HELD, and both hold once it commits. A
+// strategy that takes the SKU's lock again for the second, although its
+// own session holds it, waits for itself until its bound and answers BUSY
+// (outsider round 19's redislock); every session of the kit's other checks
+// and interleavings reserves a SKU once.
+func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("session-twice")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	defer func() { _ = s.Rollback(context.Background()) }()
+	for i, user := range []string{"kit-st-u1", "kit-st-u2"} {
+		req := strategy.Request{Key: "kit-st-" + user + "-" + sku, User: user, SKU: sku, TTL: time.Hour}
+		if res, err := s.Reserve(ctx, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Session.Reserve of unit %d of 2 of one SKU, for user %s, in one attempt held open with nobody else asking: %s, %v; want HELD",
+				i+1, user, res.Outcome, err)
+		}
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatalf("Commit of the attempt that reserved two units of one SKU: %v", err)
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("Audit: %+v, %v", list, err)
+	}
+	if a := list[0]; a.Active != 2 || a.Drift() != 0 {
+		t.Errorf("audit after one attempt reserved and committed both units of a SKU: %+v; want 2 active, drift 0", a)
+	}
+}
