@@ -44,6 +44,12 @@ type Options struct {
 	// node's own Release or ExpireDue clears the hint. A unit given back
 	// through another node is never seen by this one: a phantom sold-out.
 	SoldOutFromMemory bool
+	// WhyNotOutsideSession is a deliberate mistake, for the negative control
+	// ctl-why-not-outside-session: an attempt held open reads why its
+	// insert was refused from the pool, not from its own transaction, so
+	// it does not see its own rows: its key sent again, or a new key of a
+	// user it holds the SKU for, ends in an error.
+	WhyNotOutsideSession bool
 }
 
 func (o Options) maxRetries() int {
@@ -122,7 +128,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -154,6 +160,8 @@ type Deployment struct {
 	owns       pgstrategy.SKUs
 
 	soldOutFromMemory bool // Options.SoldOutFromMemory
+
+	whyNotOutsideSession bool // Options.WhyNotOutsideSession
 
 	retries atomic.Int64
 }

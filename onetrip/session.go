@@ -68,7 +68,11 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
 			return strategy.Result{}, fmt.Errorf("rollback to savepoint: %w", err)
 		}
-		w, werr := readWhyNot(ctx, tx, req)
+		var q pgstrategy.Querier = tx
+		if s.d.whyNotOutsideSession {
+			q = s.d.db
+		}
+		w, werr := readWhyNot(ctx, q, req)
 		if werr != nil {
 			return strategy.Result{}, werr
 		}

@@ -70,7 +70,24 @@ func checkOthersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 		defer stop()
 		return awaitAnswerOr(bound, x, func() (bool, error) { return false, nil }) == nil
 	}()
-	waiting("A and B, once X's caller gave up", a)
+	// A and B are on their way: two writes wait, or one that began after X
+	// answered (a batch of both, sent once X's ended). X's own statement
+	// may still be seen waiting for a moment after its caller has its
+	// error, so it does not count.
+	var since time.Time
+	if err := admin.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
+		t.Fatalf("read the server's clock: %v", err)
+	}
+	seenCtx, seenCancel := context.WithTimeout(ctx, giveUpSeenWithin)
+	err = awaitAnswerOr(seenCtx, a, func() (bool, error) {
+		var all, fresh int
+		err := admin.QueryRow(seenCtx, sqlWaitingSince, since).Scan(&all, &fresh)
+		return all >= 2 || fresh > 0, err
+	})
+	seenCancel()
+	if err != nil && ctx.Err() != nil {
+		t.Fatalf("A and B, once X's caller gave up: %v", err)
+	}
 	giveUpA()
 	release()
 	release = func() {}
@@ -82,6 +99,12 @@ func checkOthersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	<-x
 	<-a
 }
+
+// sqlWaitingSince counts the backends of the database that wait for a
+// heavyweight lock, and those of them whose statement began after $1.
+const sqlWaitingSince = `
+SELECT count(*), count(*) FILTER (WHERE query_start > $1) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`
 
 // giveUpSeenWithin bounds checkOthersGiveUp's waits for an answer, or a
 // write seen waiting, that may not come.

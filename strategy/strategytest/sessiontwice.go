@@ -10,18 +10,19 @@ import (
 )
 
 // checkTwoOfOneSKUInSession: one attempt held open reserves two units of
-// one SKU, for two users (a checkout of two tickets in one transaction),
+// one SKU of 3, for two users (a checkout of two tickets in one transaction),
 // with nobody else asking: both are HELD, and both hold once it commits. A
 // strategy that takes the SKU's lock again for the second, although its
 // own session holds it, waits for itself until its bound and answers BUSY
 // (outsider round 19's redislock); every session of the kit's other checks
-// and interleavings reserves a SKU once.
+// and interleavings reserves a SKU once. Then the attempt sends its first
+// key again (REPLAY) and a new key of the same user (USER_LIMIT).
 func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("session-twice")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -38,9 +39,21 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 	for i, user := range []string{"kit-st-u1", "kit-st-u2"} {
 		req := strategy.Request{Key: "kit-st-" + user + "-" + sku, User: user, SKU: sku, TTL: time.Hour}
 		if res, err := s.Reserve(ctx, req); err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Fatalf("Session.Reserve of unit %d of 2 of one SKU, for user %s, in one attempt held open with nobody else asking: %s, %v; want HELD",
+			t.Fatalf("Session.Reserve of unit %d of 3 of one SKU, for user %s, in one attempt held open with nobody else asking: %s, %v; want HELD",
 				i+1, user, res.Outcome, err)
 		}
+	}
+	// The same attempt then meets what it wrote itself: its first key sent
+	// again is a REPLAY, and a new key of that user is refused for the SKU
+	// it holds (a third unit is left: USER_LIMIT is the only answer). A strategy that reads why not outside the session sees
+	// neither (outsider round 19's onetrip failed both calls).
+	again := strategy.Request{Key: "kit-st-kit-st-u1-" + sku, User: "kit-st-u1", SKU: sku, TTL: time.Hour}
+	if res, err := s.Reserve(ctx, again); err != nil || res.Outcome != strategy.OutcomeReplay {
+		t.Errorf("Session.Reserve of key %q again, in the attempt that reserved it: %s, %v; want REPLAY", again.Key, res.Outcome, err)
+	}
+	other := strategy.Request{Key: "kit-st-u1-other-" + sku, User: "kit-st-u1", SKU: sku, TTL: time.Hour}
+	if res, err := s.Reserve(ctx, other); err != nil || res.Outcome != strategy.OutcomeUserLimit {
+		t.Errorf("Session.Reserve of a new key by user kit-st-u1, who holds the SKU in this attempt: %s, %v; want USER_LIMIT", res.Outcome, err)
 	}
 	if err := s.Commit(ctx); err != nil {
 		t.Fatalf("Commit of the attempt that reserved two units of one SKU: %v", err)
@@ -50,6 +63,6 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 		t.Fatalf("Audit: %+v, %v", list, err)
 	}
 	if a := list[0]; a.Active != 2 || a.Drift() != 0 {
-		t.Errorf("audit after one attempt reserved and committed both units of a SKU: %+v; want 2 active, drift 0", a)
+		t.Errorf("audit after one attempt reserved and committed 2 units of a SKU of 3: %+v; want 2 active, drift 0", a)
 	}
 }

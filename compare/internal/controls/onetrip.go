@@ -4,11 +4,17 @@ import (
 	"github.com/reservebench/reservebench/onetrip"
 )
 
-// onetripMistakes are onetrip with one mistake in its sold-out hint,
-// claiming what onetrip claims (no phantom sold-out among them).
+// onetripMistakes are onetrip with one mistake (its sold-out hint, its
+// session's read of why not), claiming what onetrip claims (no phantom
+// sold-out among them).
 func onetripMistakes() []Control {
 	return []Control{fromStrategy(onetrip.New(onetrip.Options{SoldOutFromMemory: true}),
 		"ctl-sold-out-from-memory", "onetrip with one mistake", "C28-14",
 		"a node that found its SKU empty answers SOLD_OUT from that memory until its own Release or ExpireDue clears it: a unit given back through another node is never sold by this one",
-		expect("deployment-contract", contract))}
+		expect("deployment-contract", contract)),
+		fromStrategy(onetrip.New(onetrip.Options{WhyNotOutsideSession: true}),
+			"ctl-why-not-outside-session", "onetrip with one mistake", "new",
+			"an attempt held open reads why its insert was refused from the pool, not its own transaction: its own key sent again, or a new key of a user it holds the SKU for, ends in an error",
+			expect("deployment-contract", contract)),
+	}
 }
