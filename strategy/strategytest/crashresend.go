@@ -58,39 +58,70 @@ func checkCrashedResentDuringRestart(t tester, meta strategy.Meta, db, admin *pg
 	var box panicBox
 	defer box.rethrow()
 	resend := reserveAsync(ctx, &box, dep.Node(1), req)
-	seenCtx, seenCancel := context.WithTimeout(ctx, resendSeenWithin)
-	err = awaitAnswerOr(seenCtx, resend, func() (bool, error) {
-		var n int
-		err := admin.QueryRow(seenCtx, sqlWaitingOnLock).Scan(&n)
-		return n > 0, err
-	})
-	seenCancel()
-	if err != nil && ctx.Err() != nil {
+	if err := awaitLockWaiters(ctx, admin, 1, resend); err != nil {
 		t.Fatalf("the resend of %q through node 1: %v", req.Key, err)
 	}
+	restarted := restartLettingGo(ctx, &box, restarter, 0, release)
+	release = func() {}
+	a := <-resend
+	if err := restarted(); err != nil {
+		t.Fatalf("Restart node 0 while the resend waited: %v", err)
+	}
+	if held, st := sellAfterRestart(ctx, t, dep, sku, "kit-cr"); st.Active > st.Total {
+		t.Errorf("SKU of 1 unit: a request died mid-reserve on node 0 and was sent again through node 1, whose write waited while node 0 restarted (answered %s, %v); then %d of 3 new users HELD it; audit: %d active for %d (node 0's restart gave back the resend's unit)",
+			a.res.Outcome, a.err, held, st.Active, st.Total)
+	}
+}
+
+// awaitLockWaiters waits until n backends of the database wait for a
+// heavyweight lock, or done has an answer (left in it), for at most
+// resendSeenWithin: a request that waits outside PostgreSQL is not seen,
+// and the check goes on without it.
+func awaitLockWaiters(ctx context.Context, admin *pgxpool.Pool, n int, done chan answer) error {
+	seenCtx, cancel := context.WithTimeout(ctx, resendSeenWithin)
+	defer cancel()
+	err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
+		var got int
+		err := admin.QueryRow(seenCtx, sqlWaitingOnLock).Scan(&got)
+		return got >= n, err
+	})
+	if ctx.Err() != nil {
+		return err
+	}
+	return nil
+}
+
+// restartLettingGo restarts node i while the harness holds the tables, and
+// lets them go (release) once the restart has returned or after
+// restartWaitMax, as restart-in-flight does: a restart that waits for the
+// node's requests in flight cannot return while they are held. The
+// returned function waits for the restart's end.
+func restartLettingGo(ctx context.Context, box *panicBox, r strategy.Restarter, i int, release func()) func() error {
 	restarted := make(chan error, 1)
 	go func() {
 		err := fmt.Errorf("restart panicked")
 		defer func() { restarted <- err }()
 		defer box.catch()
-		err = restarter.Restart(ctx, 0)
+		err = r.Restart(ctx, i)
 	}()
 	bound := time.NewTimer(restartWaitMax)
+	defer bound.Stop()
 	select {
 	case err := <-restarted:
 		restarted <- err
 	case <-bound.C: // it waits for the tables (or is slow): let them go
 	}
-	bound.Stop()
 	release()
-	release = func() {}
-	a := <-resend
-	if err := <-restarted; err != nil {
-		t.Fatalf("Restart node 0 while the resend waited: %v", err)
-	}
+	return func() error { return <-restarted }
+}
+
+// sellAfterRestart sends three requests of new users for sku, over nodes 0
+// and 1, and returns how many were HELD and the SKU's audit after them.
+func sellAfterRestart(ctx context.Context, t tester, dep strategy.Deployment, sku, prefix string) (int, strategy.StockAudit) {
+	t.Helper()
 	held := 0
 	for i := 2; i <= 4; i++ {
-		r := strategy.Request{Key: fmt.Sprintf("kit-cr-%d-%s", i, sku), User: fmt.Sprintf("kit-cr-u%d", i), SKU: sku, TTL: time.Hour}
+		r := strategy.Request{Key: fmt.Sprintf("%s-%d-%s", prefix, i, sku), User: fmt.Sprintf("%s-u%d", prefix, i), SKU: sku, TTL: time.Hour}
 		res, err := reserveUnlessBusy(ctx, dep.Node(i%2), r)
 		if err != nil {
 			t.Fatalf("Reserve %q after the restart: %v", r.Key, err)
@@ -104,11 +135,12 @@ func checkCrashedResentDuringRestart(t tester, meta strategy.Meta, db, admin *pg
 		t.Fatalf("Audit: %v", err)
 	}
 	for _, st := range list {
-		if st.SKU == sku && st.Active > st.Total {
-			t.Errorf("SKU of 1 unit: a request died mid-reserve on node 0 and was sent again through node 1, whose write waited while node 0 restarted (answered %s, %v); then %d of 3 new users HELD it; audit: %d active for %d (node 0's restart gave back the resend's unit)",
-				a.res.Outcome, a.err, held, st.Active, st.Total)
+		if st.SKU == sku {
+			return held, st
 		}
 	}
+	t.Fatalf("Audit: no line for %s", sku)
+	return held, strategy.StockAudit{}
 }
 
 // sqlWaitingOnLock counts the backends of the database, other than the one
@@ -151,65 +183,25 @@ func checkResendGivenUpThenRestarted(t tester, meta strategy.Meta, db, admin *pg
 	var box panicBox
 	defer box.rethrow()
 	req := strategy.Request{Key: "kit-rr-1-" + sku, User: "kit-rr-u1", SKU: sku, TTL: time.Hour}
-	waiting := func(n int, done chan answer) {
-		t.Helper()
-		seenCtx, seenCancel := context.WithTimeout(ctx, resendSeenWithin)
-		defer seenCancel()
-		err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
-			var got int
-			err := admin.QueryRow(seenCtx, sqlWaitingOnLock).Scan(&got)
-			return got >= n, err
-		})
-		if err != nil && ctx.Err() != nil {
-			t.Fatalf("Reserve %q while the tables are held: %v", req.Key, err)
-		}
-	}
 	first := reserveAsync(ctx, &box, dep.Node(0), req)
-	waiting(1, first)
+	if err := awaitLockWaiters(ctx, admin, 1, first); err != nil {
+		t.Fatalf("Reserve %q while the tables are held: %v", req.Key, err)
+	}
 	resendCtx, giveUp := context.WithCancel(ctx)
 	resend := reserveAsync(resendCtx, &box, dep.Node(1), req)
-	waiting(2, resend)
+	if err := awaitLockWaiters(ctx, admin, 2, resend); err != nil {
+		t.Fatalf("the resend of %q through node 1 while the tables are held: %v", req.Key, err)
+	}
 	giveUp()
 	r := <-resend
-	restarted := make(chan error, 1)
-	go func() {
-		err := fmt.Errorf("restart panicked")
-		defer func() { restarted <- err }()
-		defer box.catch()
-		err = restarter.Restart(ctx, 1)
-	}()
-	bound := time.NewTimer(restartWaitMax)
-	select {
-	case err := <-restarted:
-		restarted <- err
-	case <-bound.C: // it waits for the tables (or is slow): let them go
-	}
-	bound.Stop()
-	release()
+	restarted := restartLettingGo(ctx, &box, restarter, 1, release)
 	release = func() {}
 	a := <-first
-	if err := <-restarted; err != nil {
+	if err := restarted(); err != nil {
 		t.Fatalf("Restart node 1 after its resend was given up: %v", err)
 	}
-	held := 0
-	for i := 2; i <= 4; i++ {
-		r := strategy.Request{Key: fmt.Sprintf("kit-rr-%d-%s", i, sku), User: fmt.Sprintf("kit-rr-u%d", i), SKU: sku, TTL: time.Hour}
-		res, err := reserveUnlessBusy(ctx, dep.Node(i%2), r)
-		if err != nil {
-			t.Fatalf("Reserve %q after the restart: %v", r.Key, err)
-		}
-		if res.Outcome == strategy.OutcomeHeld {
-			held++
-		}
-	}
-	list, err := dep.Audit(ctx)
-	if err != nil {
-		t.Fatalf("Audit: %v", err)
-	}
-	for _, st := range list {
-		if st.SKU == sku && st.Active > st.Total {
-			t.Errorf("SKU of 1 unit: a request in flight on node 0 (answered %s, %v) was sent again through node 1 and given up (%s, %v), and node 1 restarted before the first was written; then %d of 3 new users HELD it; audit: %d active for %d (node 1's restart gave back the first attempt's unit)",
-				a.res.Outcome, a.err, r.res.Outcome, r.err, held, st.Active, st.Total)
-		}
+	if held, st := sellAfterRestart(ctx, t, dep, sku, "kit-rr"); st.Active > st.Total {
+		t.Errorf("SKU of 1 unit: a request in flight on node 0 (answered %s, %v) was sent again through node 1 and given up (%s, %v), and node 1 restarted before the first was written; then %d of 3 new users HELD it; audit: %d active for %d (node 1's restart gave back the first attempt's unit)",
+			a.res.Outcome, a.err, r.res.Outcome, r.err, held, st.Active, st.Total)
 	}
 }
