@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -281,8 +282,12 @@ func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, hel
 			return answer(req, r, strategy.OutcomeSoldOut), nil
 		}
 		if !n.d.opts.SoldOutProbesKeyOnly {
-			if err := awaitHint(ctx, q, req.Key); err != nil {
+			r, err := awaitHint(ctx, q, req.Key)
+			if err != nil {
 				return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+			}
+			if r.Status != strategy.StatusNotFound {
+				return answer(req, r, strategy.OutcomeSoldOut), nil
 			}
 		}
 	}
@@ -298,19 +303,55 @@ func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, hel
 }
 
 // awaitHintSQL waits until no insert of the key holds its hint (insertSQL's
-// shared lock), and lets go at the end of the statement. The insert that
+// shared lock), and lets go at the end of its transaction. The insert that
 // holds it may have no row yet: it waits before its insert on the per-user
 // index, behind an attempt of the same user and SKU, and the probe, which
 // waits on the key's index alone, would pass it by; its commit still
-// decides this request's answer when it is a resend.
+// decides this request's answer when it is a resend. An attempt held open
+// whose insert met the key's row and wrote nothing keeps the hint to its
+// end, so the wait is cut into hintWait slices with a lookup between
+// them: the key's row, once committed, answers at once.
 const awaitHintSQL = `SELECT pg_advisory_xact_lock($1)::text`
 
-func awaitHint(ctx context.Context, q querier, key string) error {
-	var void string
-	if err := q.QueryRow(ctx, awaitHintSQL, keyLock(key)).Scan(&void); err != nil {
-		return fmt.Errorf("wait for the insert of %q: %w", key, err)
+// hintWait is one slice of awaitHint's wait (lock_timeout).
+const hintWait = "100ms"
+
+// awaitHint waits for the key's hint to be free, and returns NOT_FOUND
+// then, or for the key's row, and returns it.
+func awaitHint(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
+	for {
+		free, err := tryHintFor(ctx, q, key)
+		if err != nil {
+			return strategy.Reservation{}, fmt.Errorf("wait for the insert of %q: %w", key, err)
+		}
+		if free {
+			return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
+		}
+		r, err := lookup(ctx, q, key)
+		if err != nil || r.Status != strategy.StatusNotFound {
+			return r, err
+		}
 	}
-	return nil
+}
+
+// tryHintFor waits hintWait at most for the key's hint, in a transaction of
+// its own, and reports whether it got it.
+func tryHintFor(ctx context.Context, q querier, key string) (bool, error) {
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+hintWait+"'"); err != nil {
+		return false, err
+	}
+	var void string
+	err = tx.QueryRow(ctx, awaitHintSQL, keyLock(key)).Scan(&void)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // lookupTrySQL looks a key up and tries its advisory lock exclusively, for
