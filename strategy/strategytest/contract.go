@@ -163,7 +163,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the first Opens on an empty database, six at once, all open",
 			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base},
-		{"one ExpireDue moves every due reservation, 3,400 of them at once over 324 SKUs; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
+		{"one ExpireDue moves every due reservation, 6,000 of them at once over 350 SKUs; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
 			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"requests at once for the last unit of a SKU counted in a node's memory get it once: one that dies mid-reserve per processor, until 2,000 SKUs were raced for within 500 ns (or half a quick call, where a call takes a round trip), and 32 whole ones, for each of 300",
 			func(r tester) { checkLastUnitRace(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},

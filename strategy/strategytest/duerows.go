@@ -123,16 +123,40 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 // more than the batch sizes a job that works in batches would pick (100,
 // 500, 1000), and more than a few such batches a run (outsider rounds 18
 // and 19 capped a run at 5 and at 3 batches of 1,000, and both passed the
-// 1,400 of before; 5,400 took redislock past 2 minutes under the race
-// detector, so the 5 is still missed), over more SKUs (dueOneUnitSKUs of them with one unit,
+// 1,400 of before), over more SKUs (dueOneUnitSKUs of them with one unit,
 // dueHundredSKUs with 100) than a job that bounds the SKUs of a run would
-// take (16, 32, 64, 256). The hundreds spread the extra rows over SKUs, so
-// a strategy that serialises a SKU's requests makes them side by side.
+// take (16, 32, 64, 256). The hundreds spread the extra rows over SKUs, and
+// the requests go out round-robin over the SKUs (dueOrder), so a strategy
+// that serialises a SKU's requests makes them side by side: sent SKU by
+// SKU, 5,400 took redislock past 2 minutes under the race detector.
 const (
-	dueAtOnce      = 3400
+	dueAtOnce      = 6000
 	dueOneUnitSKUs = 300
-	dueHundredSKUs = 20
+	dueHundredSKUs = 46
 )
+
+// dueOrder is the order in which checkExpireAllDue sends its requests, as
+// indexes into skuOf (the SKU of each, grouped SKU by SKU): round-robin
+// over the SKUs, the n-th request of every SKU before the (n+1)-th of any,
+// so the requests in flight together are for different SKUs.
+func dueOrder(skuOf []string) []int {
+	var groups [][]int
+	for i, sku := range skuOf {
+		if i == 0 || sku != skuOf[i-1] {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], i)
+	}
+	order := make([]int, 0, len(skuOf))
+	for n := 0; len(order) < len(skuOf); n++ {
+		for _, g := range groups {
+			if n < len(g) {
+				order = append(order, g[n])
+			}
+		}
+	}
+	return order
+}
 
 // checkExpireAllDue: one ExpireDue moves every due HELD reservation of the
 // deployment, however many there are and over however many SKUs. A job
@@ -188,7 +212,7 @@ func checkExpireAllDue(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	var box panicBox
-	for i := range keys {
+	for _, i := range dueOrder(skuOf) {
 		keys[i] = fmt.Sprintf("kit-due-all-%04d-%s", i, base)
 		req := strategy.Request{Key: keys[i], User: fmt.Sprintf("kit-due-all-%04d", i), SKU: skuOf[i], TTL: time.Hour}
 		wg.Add(1)
