@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/pgtest/pgproxy"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
@@ -59,26 +58,11 @@ func checkCutReleaseInNewProcess(t tester, meta strategy.Meta, db, admin *pgxpoo
 		t.Fatalf("the first process: Release of its HELD reservation: %d, %v; want 1", n, err)
 	}
 
-	cc := db.Config().ConnConfig
-	p, err := pgproxy.Start(cc.Host, cc.Port)
+	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 4)
 	if err != nil {
-		t.Fatalf("proxy: %v", err)
+		t.Fatalf("%v", err)
 	}
-	pcfg := db.Config().Copy()
-	pcfg.ConnConfig.Host, pcfg.ConnConfig.Port = p.Addr()
-	pcfg.ConnConfig.Fallbacks = nil
-	pcfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		_ = p.Close()
-		t.Fatalf("pool through the proxy: %v", err)
-	}
-	// The proxy goes first: its connections reset, and the pool closes at
-	// once instead of saying goodbye through it.
-	defer func() {
-		_ = p.Close()
-		_ = pgtest.CloseWithin(pool, 10*time.Second)
-	}()
+	defer closeBoth()
 	second, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: pool, Stock: stock})
 	if err != nil {
 		t.Fatalf("Attach a second process through a proxy: %v", err)

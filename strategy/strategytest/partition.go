@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reservebench/reservebench/pgtest"
 	"github.com/reservebench/reservebench/pgtest/pgproxy"
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
@@ -169,28 +168,11 @@ func (t *trial) behindProxy(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool,
 // of Env.DB's role through it; both are stopped after the trial's final
 // checks.
 func (t *trial) proxyPool(ctx context.Context) (*pgproxy.Proxy, *pgxpool.Pool, error) {
-	cc := t.env.DB.Config().ConnConfig
-	p, err := pgproxy.Start(cc.Host, cc.Port)
+	p, pool, closeBoth, err := poolThroughProxy(ctx, t.env.DB, t.proxyApp(), 8)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := t.env.DB.Config().Copy()
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = p.Addr()
-	cfg.ConnConfig.Fallbacks = nil
-	cfg.ConnConfig.RuntimeParams["application_name"] = t.proxyApp()
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		_ = p.Close()
-		return nil, nil, fmt.Errorf("pool through the proxy: %w", err)
-	}
-	// The proxy goes first: its connections reset, the pool closes at once
-	// (it says goodbye on each connection, and would wait for an answer
-	// through a proxy still open).
-	t.onCleanup(func() {
-		_ = p.Close()
-		_ = pgtest.CloseWithin(pool, 10*time.Second) // a leak is the trial's failed check (checkPoolReturned)
-	})
+	t.onCleanup(closeBoth)
 	return p, pool, nil
 }
 
