@@ -12,7 +12,7 @@ deps:
 
 ## table: rebuild table 28-1 (docs/table-28-1.md) from real transactions
 table: deps
-	$(GO) test -count=1 -timeout 30m ./compare
+	$(GO) test -count=1 -timeout 60m ./compare
 
 ## test: vet plus the whole suite under the race detector, table 28-1 beside it without the race
 ## detector, then the out-of-tree example module (its own go.mod: the kit and the table through
@@ -21,8 +21,8 @@ table: deps
 ## three minutes of the five make test has on 2 cores.
 test: deps
 	$(GO) vet ./...
-	@set -e; $(GO) test -race -count=1 -timeout 30m -skip '^TestTable28_1$$' ./... & race=$$!; \
-	  table=0; $(GO) test -count=1 -timeout 30m -run '^TestTable28_1$$' ./compare || table=$$?; \
+	@set -e; $(GO) test -race -count=1 -timeout 60m -skip '^TestTable28_1$$' ./... & race=$$!; \
+	  table=0; $(GO) test -count=1 -timeout 60m -run '^TestTable28_1$$' ./compare || table=$$?; \
 	  wait $$race; exit $$table
 	cd examples/outoftree && $(GO) vet ./... && $(GO) test -count=1 -timeout 30m -short ./...
 

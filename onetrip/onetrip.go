@@ -50,6 +50,14 @@ type Options struct {
 	// it does not see its own rows: its key sent again, or a new key of a
 	// user it holds the SKU for, ends in an error.
 	WhyNotOutsideSession bool
+	// ExpiryHealsCount is a deliberate mistake, for the negative control
+	// ctl-expiry-heals-count: after moving the due rows, the expiry job
+	// sets each SKU's available to its total less the active reservations
+	// it counts ("available is derived: any drift heals within a tick").
+	// Its UPDATE waits for an attempt's lock on the stock row and then
+	// keeps the count its statement read before that attempt committed:
+	// the attempt's unit comes back while its reservation holds it.
+	ExpiryHealsCount bool
 }
 
 func (o Options) maxRetries() int {
@@ -128,7 +136,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -162,6 +170,7 @@ type Deployment struct {
 	soldOutFromMemory bool // Options.SoldOutFromMemory
 
 	whyNotOutsideSession bool // Options.WhyNotOutsideSession
+	expiryHealsCount     bool // Options.ExpiryHealsCount
 
 	retries atomic.Int64
 }

@@ -2,6 +2,7 @@ package onetrip
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
@@ -39,8 +40,20 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	}
 	units, err := moves.ExpireDue(ctx, n.d.db, n.d.skus)
 	n.forgetSoldOut(units)
+	if err == nil && n.d.expiryHealsCount {
+		if _, err := n.d.db.Exec(ctx, sqlHealCount, n.d.skus); err != nil {
+			return units, fmt.Errorf("%s: expire due: heal the count: %w", Name, err)
+		}
+	}
 	return units, err
 }
+
+// sqlHealCount is Options.ExpiryHealsCount's mistake.
+const sqlHealCount = `
+UPDATE onetrip_stock s
+SET available = s.total - (SELECT count(*) FROM onetrip_reservation r
+                           WHERE r.sku = s.sku AND r.status IN ('HELD', 'CONFIRMED'))
+WHERE s.sku = ANY($1)`
 
 // forgetSoldOut clears the node's sold-out hints after it gave units back,
 // under Options.SoldOutFromMemory only: the correct node clears a hint when

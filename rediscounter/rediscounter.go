@@ -140,7 +140,23 @@ const (
 	// node restarts while the first attempt's insert, on another node, is
 	// still on its way, the recount gives the unit back, and it sells twice.
 	ResendMovesNode
+	// RestartDrainBounded: a restart waits at most restartDrainBound for
+	// the node's requests in flight, then recounts ("a deploy must not
+	// hang on one stuck request"): a request whose insert waits longer
+	// (on a lock, a slow disk) has its unit given back by the recount, and
+	// when it commits the unit sells twice.
+	RestartDrainBounded
+	// OwedClearedTried: the expiry job clears the owed mark of every row
+	// it tried to give back, not only of those whose give-back ran ("the
+	// give-back is idempotent per key; a failed one keeps its marker in
+	// Redis"): when a give-back times out, the loop stops, and the rows
+	// after it lose their units for good, since nothing sweeps markers.
+	OwedClearedTried
 )
+
+// restartDrainBound is how long a restart with Mistake RestartDrainBounded
+// waits for the node's requests in flight.
+const restartDrainBound = 5 * time.Second
 
 func (o Options) keep() Keep {
 	if o.Keep == "" {
@@ -354,8 +370,10 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	node := strconv.Itoa(i)
 	if d.mistake == RestartRecountsCommitted {
 		node = ""
-	} else {
+	} else if d.mistake != RestartDrainBounded {
 		d.inFlight[i].Lock()
+		defer d.inFlight[i].Unlock()
+	} else if drained := lockWithin(ctx, &d.inFlight[i], restartDrainBound); drained {
 		defer d.inFlight[i].Unlock()
 	}
 	if err := d.Handles.Restart(ctx, i); err != nil {
@@ -367,6 +385,25 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 		}
 	}
 	return nil
+}
+
+// lockWithin takes m for writing, giving up after bound (Mistake
+// RestartDrainBounded).
+func lockWithin(ctx context.Context, m *sync.RWMutex, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !m.TryLock() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 // Close closes every node and the Redis client.

@@ -206,6 +206,12 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 		return moved, n.d.giveBackBatch(ctx, owed)
 	}
 	done, err := n.d.giveBackUntilError(ctx, owed)
+	if n.d.mistake == OwedClearedTried {
+		done = done[:0]
+		for _, r := range owed {
+			done = append(done, r.key)
+		}
+	}
 	if len(done) > 0 {
 		// A failure here leaves rows marked whose units are back: the next
 		// run gives each back again, which its marker makes a no-op, and

@@ -95,6 +95,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"an expiry job, a Release or a Confirm that waits behind an attempt held open on its SKU (another key), which then commits, moves its reservation once and reports it: one unit given back, or true",
 			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"an expiry job run while an attempt is held open on a SKU where nothing is due (waiting for it, if it does) gives nothing back and leaves the count as the attempt's commit makes it: one unit in one reservation",
+			func(r tester) { checkExpiryBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",

@@ -30,7 +30,7 @@ import (
 // milliseconds. It bounds a wait, it orders nothing a check relies on: a
 // strategy that waits passes whatever the bound, and one that does not
 // has recounted before the bound unless its recount takes longer.
-const restartWaitMax = 2 * time.Second
+const restartWaitMax = 6 * time.Second
 
 // restartWithInFlight runs a restart phase with one request in flight on
 // each node of ph.InFlight. The requests' answers are a varying count: a

@@ -37,8 +37,11 @@ const (
 const stallProbe = 100 * time.Millisecond
 
 // stallReleases is how many reservations stallInFlight releases while Redis
-// is paused.
-const stallReleases = 2
+// is paused, and stallDue how many due holds its expiry job meets then.
+const (
+	stallReleases = 2
+	stallDue      = 3
+)
 
 // busyScript keeps Redis busy for ARGV[1] microseconds. Redis runs one
 // script at a time and reads no socket meanwhile, so the commands clients
@@ -129,11 +132,19 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	expirer, canExpire := dep.Node(0).(strategy.Expirer)
 	ager, ages := dep.(strategy.Ager)
 	canExpire = canExpire && ages && canRelease
-	var dueKey string
+	var dueKeys []string
 	if canExpire {
 		// One job before the pause too, for the same reason as the release
-		// below: what it sends Redis must be known there.
-		for i := 0; i < 2; i++ {
+		// below: what it sends Redis must be known there. stallDue holds
+		// are due when the pause begins, and only the first is released
+		// after it: a job that clears the owed marks of every row it tried,
+		// not only of those whose give-back ran, loses the units of the
+		// rows after the give-back that timed out, unless their release
+		// finds the marker (outsider round 20's owedall passed with one
+		// due hold, released). Whichever row the job tries first, one it
+		// never tried is not released; a job run after the pause must give
+		// its unit back.
+		for i := 0; i < 1+stallDue; i++ {
 			r := strategy.Request{Key: t.key(fmt.Sprintf("req-stall-due-%d", i)), User: t.user(fmt.Sprintf("user-stall-due-%d", i)), SKU: t.sku(plain), TTL: strategy.TTLForever}
 			if op := send("s-due", 0, r); op.Outcome != strategy.OutcomeHeld {
 				return fmt.Errorf("stall: the reservation to expire: %s %s", op.Outcome, op.Err)
@@ -146,7 +157,9 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 					return fmt.Errorf("stall: an expiry job before the pause: %w", err)
 				}
 			}
-			dueKey = r.Key
+			if i > 0 {
+				dueKeys = append(dueKeys, r.Key)
+			}
 		}
 	}
 	var expireErr error
@@ -230,6 +243,12 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("stall: PING after the pause: %w", err)
 	}
+	if canExpire {
+		// The job's next tick: what the paused one owes, it gives back.
+		if _, err := expirer.ExpireDue(ctx); err != nil {
+			return fmt.Errorf("stall: the expiry job after the pause: %w", err)
+		}
+	}
 	busy, unknown, unresolved := 0, 0, 0
 	var busyWrote []string
 	for _, op := range ops {
@@ -273,7 +292,7 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 			relUnknown++
 		}
 	}
-	if canExpire && !releaseAnswered(ctx, releaser, dueKey) {
+	if len(dueKeys) > 0 && !releaseAnswered(ctx, releaser, dueKeys[0]) {
 		unresolved++
 	}
 	soldOut := in.Stock[0].Total
@@ -303,7 +322,7 @@ func (t *trial) stallInFlight(ctx context.Context) error {
 	t.vary("stall: releases with no answer while Redis was paused", relUnknown)
 	t.vary("stall: BUSY while Redis was paused", busy)
 	t.vary("stall: no answer while Redis was paused", unknown)
-	t.fact("stall", "%s: Redis kept busy %s by a script with %d releases%s and then %d requests sent, and one request held in the database as it began; the unanswered requests sent again, the SKU sold out, the unanswered releases sent again, the BUSY requests not", plain, pause, len(relKeys), map[bool]string{true: " and an expiry job over a due hold (released after the pause)", false: ""}[canExpire], n)
+	t.fact("stall", "%s: Redis kept busy %s by a script with %d releases%s and then %d requests sent, and one request held in the database as it began; the unanswered requests sent again, the SKU sold out, the unanswered releases sent again, the BUSY requests not", plain, pause, len(relKeys), map[bool]string{true: fmt.Sprintf(" and an expiry job over %d due holds (the first released after the pause, and the job run again)", stallDue), false: ""}[canExpire], n)
 	t.check(Base, "stall: a request answered BUSY while Redis was paused has no reservation, also one that committed in the database before its last Redis call", len(busyWrote) == 0,
 		fmt.Sprintf("%d BUSY answers with a reservation: %s", len(busyWrote), sample(busyWrote)))
 	t.check(Base, "stall: every unanswered request or release gets an answer when sent again", unresolved == 0,

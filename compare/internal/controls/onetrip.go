@@ -2,10 +2,11 @@ package controls
 
 import (
 	"github.com/reservebench/reservebench/onetrip"
+	"github.com/reservebench/reservebench/strategy"
 )
 
 // onetripMistakes are onetrip with one mistake (its sold-out hint, its
-// session's read of why not), claiming what onetrip claims (no phantom
+// session's read of why not, its expiry job's count), claiming what onetrip claims (no phantom
 // sold-out among them).
 func onetripMistakes() []Control {
 	return []Control{fromStrategy(onetrip.New(onetrip.Options{SoldOutFromMemory: true}),
@@ -16,5 +17,9 @@ func onetripMistakes() []Control {
 			"ctl-why-not-outside-session", "onetrip with one mistake", "new",
 			"an attempt held open reads why its insert was refused from the pool, not its own transaction: its own key sent again, or a new key of a user it holds the SKU for, ends in an error",
 			expect("deployment-contract", contract)),
+		fromStrategy(onetrip.New(onetrip.Options{ExpiryHealsCount: true}),
+			"ctl-expiry-heals-count", "onetrip with one mistake", "new",
+			"the expiry job then sets each SKU's available to its total less the active reservations it counts (\"available is derived: drift heals within a tick\"): run beside an attempt on the stock row, it keeps the count read before the attempt committed, and the attempt's unit sells twice",
+			expect("deployment-contract", strategy.Conserves)),
 	}
 }
