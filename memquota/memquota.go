@@ -178,6 +178,12 @@ type Options struct {
 	// waits on the per-user index (no row yet) is answered SOLD_OUT while
 	// that attempt goes on to hold.
 	SoldOutProbesKeyOnly bool
+	// HintWaitBounded is a deliberate mistake, for the negative controls of
+	// table 28-1 only: a node with no unit waits for an insert of the key
+	// in flight at most hintWaitBound ("an insert is a millisecond's work;
+	// a hint held longer belongs to an attempt held open"), then waits for
+	// the key's row alone, as SoldOutProbesKeyOnly does at once.
+	HintWaitBounded bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

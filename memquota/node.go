@@ -282,7 +282,7 @@ func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, hel
 			return answer(req, r, strategy.OutcomeSoldOut), nil
 		}
 		if !n.d.opts.SoldOutProbesKeyOnly {
-			r, err := awaitHint(ctx, q, req.Key)
+			r, err := awaitHint(ctx, q, req.Key, n.d.opts.HintWaitBounded)
 			if err != nil {
 				return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
 			}
@@ -316,15 +316,20 @@ const awaitHintSQL = `SELECT pg_advisory_xact_lock($1)::text`
 // hintWait is one slice of awaitHint's wait (lock_timeout).
 const hintWait = "100ms"
 
+// hintWaitBound is how many slices of hintWait awaitHint waits with
+// Options.HintWaitBounded (2 s).
+const hintWaitBound = 20
+
 // awaitHint waits for the key's hint to be free, and returns NOT_FOUND
-// then, or for the key's row, and returns it.
-func awaitHint(ctx context.Context, q querier, key string) (strategy.Reservation, error) {
-	for {
+// then, or for the key's row, and returns it. bounded is the mistake
+// Options.HintWaitBounded.
+func awaitHint(ctx context.Context, q querier, key string, bounded bool) (strategy.Reservation, error) {
+	for slice := 1; ; slice++ {
 		free, err := tryHintFor(ctx, q, key)
 		if err != nil {
 			return strategy.Reservation{}, fmt.Errorf("wait for the insert of %q: %w", key, err)
 		}
-		if free {
+		if free || (bounded && slice >= hintWaitBound) {
 			return strategy.Reservation{Key: key, Status: strategy.StatusNotFound}, nil
 		}
 		r, err := lookup(ctx, q, key)

@@ -58,6 +58,12 @@ type Options struct {
 	// keeps the count its statement read before that attempt committed:
 	// the attempt's unit comes back while its reservation holds it.
 	ExpiryHealsCount bool
+	// ConfirmGivesUp is a deliberate mistake, for the negative control
+	// ctl-confirm-gives-up: Confirm waits at most 2 s for the reservation's
+	// row (lock_timeout) and, when another transaction holds it longer,
+	// answers false ("someone else is moving it"): a payment is refused
+	// for a hold that nobody moved.
+	ConfirmGivesUp bool
 }
 
 func (o Options) maxRetries() int {
@@ -136,7 +142,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -171,6 +177,7 @@ type Deployment struct {
 
 	whyNotOutsideSession bool // Options.WhyNotOutsideSession
 	expiryHealsCount     bool // Options.ExpiryHealsCount
+	confirmGivesUp       bool // Options.ConfirmGivesUp
 
 	retries atomic.Int64
 }

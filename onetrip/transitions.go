@@ -2,7 +2,13 @@ package onetrip
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
 	"github.com/reservebench/reservebench/strategy/pgstrategy"
@@ -18,7 +24,26 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if ok, err := n.CheckKey(key); !ok {
 		return false, err
 	}
+	if n.d.confirmGivesUp {
+		return confirmGivingUp(ctx, n.d.db, key, n.d.skus, mode)
+	}
 	return moves.Confirm(ctx, n.d.db, key, n.d.skus, mode)
+}
+
+// confirmGivingUp is Options.ConfirmGivesUp's mistake.
+func confirmGivingUp(ctx context.Context, db *pgxpool.Pool, key string, skus []string, mode strategy.ConfirmMode) (moved bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+			return err
+		}
+		moved, err = moves.Confirm(ctx, tx, key, skus, mode)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+		return false, nil
+	}
+	return moved, err
 }
 
 // Release moves the reservation from HELD to RELEASED and gives its unit

@@ -152,6 +152,13 @@ const (
 	// Redis"): when a give-back times out, the loop stops, and the rows
 	// after it lose their units for good, since nothing sweeps markers.
 	OwedClearedTried
+	// ExpiryRecounts: KeepRecover's expiry job, after its give-backs, also
+	// recounts every SKU from the committed reservations, as a restart
+	// after Redis lost its data does ("a lost unit is back within one
+	// tick"): a request whose unit is taken and whose row is on its way
+	// has its unit and marker dropped, and when its row commits the unit
+	// sells twice.
+	ExpiryRecounts
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -221,6 +221,13 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: expire due: %d rows moved, not every unit owed came back (the next run gives back the rest): %w", Name, moved, err)
 	}
+	if n.d.mistake == ExpiryRecounts && n.d.keep == KeepRecover {
+		for _, sku := range n.d.skus {
+			if err := n.d.load(ctx, sku, true, ""); err != nil {
+				return moved, fmt.Errorf("%s: expire due: %w", Name, err)
+			}
+		}
+	}
 	return moved, nil
 }
 

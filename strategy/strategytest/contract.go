@@ -97,6 +97,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"an expiry job run while an attempt is held open on a SKU where nothing is due (waiting for it, if it does) gives nothing back and leaves the count as the attempt's commit makes it: one unit in one reservation",
 			func(r tester) { checkExpiryBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
+		{"an expiry job run on every node while a request is on its way, its unit taken and its row not yet written, takes nothing back from it: the SKU's one unit is the request's, and the next buyers are answered SOLD_OUT",
+			func(r tester) { checkExpiryBesideInsert(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",
@@ -159,6 +161,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		// mistake an earlier check catches never pays for them.
 		{"a request that waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
 			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
+		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
+			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",

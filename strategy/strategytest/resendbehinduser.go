@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/pgtest"
+
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -34,10 +36,24 @@ import (
 // at start) sees nothing of the first process's insert (outsider round 18).
 func checkResendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	resendBehindUser(t, meta, db, admin, rs, false)
+	resendBehindUser(t, meta, db, admin, rs, false, 0)
 	if meta.Attach != nil {
-		resendBehindUser(t, meta, db, admin, rs, true)
+		resendBehindUser(t, meta, db, admin, rs, true, 0)
 	}
+}
+
+// checkResendOutlastsTimeouts is checkResendBehindUser's first pass with
+// the user's attempt held open outlastAtLeast after the resend is seen
+// waiting (longer than any lock or statement timeout the strategy set on
+// its pool's connections, as checkWaitOutlastsTimeouts), not let go at once: a node that waits for the first attempt a
+// bounded time (a lock_timeout, a few slices of one) and then answers
+// from what it sees, tells the resend SOLD_OUT while its key goes on to
+// hold (outsider round 20's hintcap, 2 s). It runs after every other
+// check, beside checkWaitOutlastsTimeouts, so that a control caught
+// earlier does not pay the hold.
+func checkResendOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	resendBehindUser(t, meta, db, admin, rs, false, min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost))
 }
 
 // resendBehindUser is one pass of checkResendBehindUser: the resend goes
@@ -45,10 +61,11 @@ func checkResendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 // that attached to the stock, as a client that tries another server does.
 // Node 0 of the first process and node 1 of the second are the only nodes
 // used, so a strategy that counts stock in a node's memory still has one
-// live process a node.
-func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, attached bool) {
+// live process a node. Once the resend is seen waiting, the attempt is
+// held hold longer, unless the resend answers first.
+func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, attached bool, hold time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+hold)
 	defer cancel()
 	where := map[bool]string{false: "node 1", true: "node 1 of a second process that attached"}[attached]
 	sku := kitSKU("resend-user")
@@ -95,9 +112,21 @@ func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 		err := admin.QueryRow(seenCtx, sqlBlockedBehind, holder).Scan(&n)
 		return n >= 2, err
 	})
+	seen := err == nil && seenCtx.Err() == nil
 	seenCancel()
 	if err != nil && ctx.Err() != nil {
 		t.Fatalf("the resend of %q through %s while the first waits: %v", req.Key, where, err)
+	}
+	if seen && hold > 0 {
+		// The hold's length is what is checked, not a synchronisation.
+		timer := time.NewTimer(hold)
+		select {
+		case a := <-resend:
+			resend <- a
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
 	}
 	if err := attempt.Rollback(ctx); err != nil {
 		t.Fatalf("Rollback of the attempt held open: %v", err)

@@ -21,5 +21,9 @@ func onetripMistakes() []Control {
 			"ctl-expiry-heals-count", "onetrip with one mistake", "new",
 			"the expiry job then sets each SKU's available to its total less the active reservations it counts (\"available is derived: drift heals within a tick\"): run beside an attempt on the stock row, it keeps the count read before the attempt committed, and the attempt's unit sells twice",
 			expect("deployment-contract", strategy.Conserves)),
+		fromStrategy(onetrip.New(onetrip.Options{ConfirmGivesUp: true}),
+			"ctl-confirm-gives-up", "onetrip with one mistake", "new",
+			"Confirm waits at most 2 s for the reservation's row (lock_timeout) and then answers false (\"someone else is moving it\"): a payment is refused for a hold nobody moved",
+			expect("deployment-contract", contract)),
 	}
 }

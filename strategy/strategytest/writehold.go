@@ -1,0 +1,210 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A writeHold stops one request in the middle of its Reserve: the first
+// row it writes that names its key (an INSERT of its reservation, or an
+// UPDATE that puts the key into a row, as a slot claimed) waits in
+// PostgreSQL, before it is written, until the harness lets it go. Whatever
+// the request did before that write (a unit taken in Redis or in a node's
+// memory, a row lock on the stock, an advisory lock) stays done, and
+// nothing else waits: other requests, the expiry job and the audit write
+// and read as usual. The crash and restart checks hold a request in flight
+// by holding whole tables, which also stops every other write; this holds
+// one request alone, without knowing the strategy's schema.
+//
+// The hold is a BEFORE INSERT OR UPDATE row trigger on every table of the
+// strategy's schema that, for a row whose new text names the key and whose
+// old text did not, takes a shared advisory lock the harness holds
+// exclusively. The wait is read from pg_locks. The triggers are dropped
+// when the hold is removed.
+type writeHold struct {
+	key    string
+	objid  int32
+	lock   *pgxpool.Conn
+	admin  *pgxpool.Pool
+	tables []string
+	schema string
+	once   sync.Once
+}
+
+// writeHoldClass is the first key of the two-key advisory locks of
+// writeHold: a number no strategy uses (two-key advisory locks do not meet
+// one-key ones, whatever their values), "kit" in ASCII.
+const writeHoldClass = 0x6b6974
+
+// writeHoldSeq numbers the holds of this process, the second key.
+var writeHoldSeq atomic.Int32
+
+// errNoTables: the strategy keeps no tables in PostgreSQL, so no write of
+// it can be made to wait.
+var errNoTables = errors.New("the strategy keeps no tables in PostgreSQL")
+
+// holdWritesNaming installs the hold for key and returns it holding. The
+// caller defers remove.
+func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
+	h := &writeHold{key: key, objid: writeHoldSeq.Add(1), admin: admin}
+	lock, err := admin.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
+	}
+	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock($1::int4, $2::int4)`, writeHoldClass, h.objid); err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("hold writes naming %q: take the lock: %w", key, err)
+	}
+	h.lock = lock
+	if err := pgx.BeginFunc(ctx, admin, h.install); err != nil {
+		h.release() // the transaction that made the triggers rolled back
+		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
+	}
+	return h, nil
+}
+
+// sqlHoldTables lists the tables a trigger goes on: every table of the
+// strategy's schemas but partitions, whose parent's trigger is theirs.
+const sqlHoldTables = `
+SELECT n.nspname, format('%I.%I', n.nspname, c.relname)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+ORDER BY 2`
+
+// sqlHoldFunction waits, for a row whose new text names TG_ARGV[0] and
+// whose old text did not, for the advisory lock (TG_ARGV[1], TG_ARGV[2]).
+const sqlHoldFunction = `
+CREATE OR REPLACE FUNCTION %s.kit_hold_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
+       AND (TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
+        PERFORM pg_advisory_xact_lock_shared(TG_ARGV[1]::int4, TG_ARGV[2]::int4);
+    END IF;
+    RETURN NEW;
+END $$`
+
+func (h *writeHold) install(tx pgx.Tx) error {
+	ctx := context.Background()
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, sqlHoldTables)
+	if err != nil {
+		return fmt.Errorf("list the tables: %w", err)
+	}
+	var schema, table string
+	if _, err := pgx.ForEachRow(rows, []any{&schema, &table}, func() error {
+		if h.schema == "" {
+			h.schema = schema
+		}
+		h.tables = append(h.tables, table)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("list the tables: %w", err)
+	}
+	if len(h.tables) == 0 {
+		return errNoTables
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlHoldFunction, pgx.Identifier{h.schema}.Sanitize())); err != nil {
+		return fmt.Errorf("create the trigger function: %w", err)
+	}
+	for _, tb := range h.tables {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(
+			`CREATE TRIGGER kit_hold_writes BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s.kit_hold_writes_naming(%s, '%d', '%d')`,
+			tb, pgx.Identifier{h.schema}.Sanitize(), quoteLiteral(h.key), writeHoldClass, h.objid)); err != nil {
+			return fmt.Errorf("create the trigger on %s: %w", tb, err)
+		}
+	}
+	return nil
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
+// is on: only quotes are doubled).
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}
+
+// sqlHoldWaiter is the backend that waits for the hold, if any.
+const sqlHoldWaiter = `
+SELECT pid FROM pg_locks
+WHERE locktype = 'advisory' AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2 AND NOT granted
+LIMIT 1`
+
+// awaitWaiter waits until a backend waits for the hold, and returns its
+// pid, or until done has an answer (left in it: the request wrote no row
+// naming its key, or none before it answered), or until within has passed:
+// pid is 0 then.
+func awaitWaiter[A any](ctx context.Context, h *writeHold, done chan A, within time.Duration) (int32, error) {
+	seenCtx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var pid int32
+	err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
+		err := h.admin.QueryRow(seenCtx, sqlHoldWaiter, writeHoldClass, h.objid).Scan(&pid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil && ctx.Err() == nil && seenCtx.Err() != nil {
+		return 0, nil
+	}
+	return pid, err
+}
+
+// release lets the held write go; it runs once, however often called.
+func (h *writeHold) release() {
+	h.once.Do(func() {
+		if h.lock == nil {
+			return
+		}
+		// Closing the connection ends its session, which releases the lock
+		// even when the unlock could not be sent.
+		_, _ = h.lock.Exec(context.Background(), `SELECT pg_advisory_unlock($1::int4, $2::int4)`, writeHoldClass, h.objid)
+		h.lock.Release()
+	})
+}
+
+// remove lets the held write go and drops the triggers, so that the checks
+// after this one meet the strategy's schema as it made it.
+func (h *writeHold) remove() error {
+	h.release()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.dropTriggers(ctx); err != nil {
+		return fmt.Errorf("drop the triggers that held writes naming %q: %w", h.key, err)
+	}
+	return nil
+}
+
+func (h *writeHold) dropTriggers(ctx context.Context) error {
+	if len(h.tables) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, h.admin, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '30s'`); err != nil {
+			return err
+		}
+		for _, tb := range h.tables {
+			if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS kit_hold_writes ON `+tb); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(`DROP FUNCTION IF EXISTS %s.kit_hold_writes_naming()`, pgx.Identifier{h.schema}.Sanitize()))
+		return err
+	})
+}
