@@ -65,6 +65,12 @@ type Options struct {
 	// caller (an outcome the contract calls unknown, though PostgreSQL
 	// rolled the transaction back). Sessions never retry.
 	MaxRetries int
+
+	// RetriesSpentSoldOut is a deliberate mistake, for the negative control
+	// ctl-retries-spent-sold-out only: a Reserve whose retries all failed
+	// answers SOLD_OUT instead of BUSY ("others are taking the last
+	// units"), although nothing was tried to the end.
+	RetriesSpentSoldOut bool
 }
 
 func (o Options) isolation() pgx.TxIsoLevel {
@@ -204,6 +210,7 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		db:         cfg.DB,
 		iso:        opts.isolation(),
 		maxRetries: opts.maxRetries(),
+		spentSold:  opts.RetriesSpentSoldOut,
 		skus:       cfg.SKUs(),
 		owns:       pgstrategy.NewSKUs(cfg),
 	}
@@ -235,6 +242,7 @@ type Deployment struct {
 	db         *pgxpool.Pool
 	iso        pgx.TxIsoLevel
 	maxRetries int
+	spentSold  bool // Options.RetriesSpentSoldOut
 	skus       []string
 	owns       pgstrategy.SKUs
 

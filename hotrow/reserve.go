@@ -201,6 +201,8 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	switch {
 	case errors.Is(err, strategy.ErrBadRequest):
 		return strategy.BadRequest(err)
+	case errors.Is(err, errRetriesSpent) && n.d.spentSold:
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	case errors.Is(err, errRetriesSpent):
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
 	case err != nil:

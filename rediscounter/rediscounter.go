@@ -159,6 +159,12 @@ const (
 	// has its unit and marker dropped, and when its row commits the unit
 	// sells twice.
 	ExpiryRecounts
+	// ReleaseRecounts: KeepRecover's Release, after its give-back, also
+	// recounts the SKU from the committed reservations ("a release is a
+	// quiet moment to settle the count"): a request whose unit is taken
+	// and whose row is on its way has its unit and marker dropped, and
+	// when its row commits the unit sells twice.
+	ReleaseRecounts
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

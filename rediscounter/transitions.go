@@ -164,6 +164,13 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 			return 0, fmt.Errorf("%s: release %q: the unit still owed did not come back: %w", Name, key, err)
 		}
 	}
+	if n.d.mistake == ReleaseRecounts && n.d.keep == KeepRecover {
+		for _, r := range moved {
+			if err := n.d.load(ctx, r.sku, true, ""); err != nil {
+				return len(moved), fmt.Errorf("%s: release %q: %w", Name, key, err)
+			}
+		}
+	}
 	return len(moved), nil
 }
 

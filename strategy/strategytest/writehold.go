@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,19 +24,26 @@ import (
 // by holding whole tables, which also stops every other write; this holds
 // one request alone, without knowing the strategy's schema.
 //
-// The hold is a BEFORE INSERT OR UPDATE row trigger on every table of the
-// strategy's schema that, for a row whose new text names the key and whose
-// old text did not, takes a shared advisory lock the harness holds
-// exclusively. The wait is read from pg_locks. The triggers are dropped
+// The hold is a namingTrigger that, for a row whose new text names the key
+// and whose old text did not, takes a shared advisory lock the harness
+// holds exclusively. The wait is read from pg_locks. The triggers are dropped
 // when the hold is removed.
 type writeHold struct {
+	*namingTrigger
+	objid int32
+	lock  *pgxpool.Conn
+	once  sync.Once
+}
+
+// A namingTrigger is the BEFORE INSERT OR UPDATE row trigger, on every
+// table of the strategy's schema, that acts on the rows whose new text
+// names key and whose old text did not: it waits for an advisory lock
+// (writeHold) or fails the statement (writeFault).
+type namingTrigger struct {
 	key    string
-	objid  int32
-	lock   *pgxpool.Conn
 	admin  *pgxpool.Pool
 	tables []string
 	schema string
-	once   sync.Once
 }
 
 // writeHoldClass is the first key of the two-key advisory locks of
@@ -53,7 +61,7 @@ var errNoTables = errors.New("the strategy keeps no tables in PostgreSQL")
 // holdWritesNaming installs the hold for key and returns it holding. The
 // caller defers remove.
 func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
-	h := &writeHold{key: key, objid: writeHoldSeq.Add(1), admin: admin}
+	h := &writeHold{objid: writeHoldSeq.Add(1)}
 	lock, err := admin.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
@@ -63,11 +71,22 @@ func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*wr
 		return nil, fmt.Errorf("hold writes naming %q: take the lock: %w", key, err)
 	}
 	h.lock = lock
-	if err := pgx.BeginFunc(ctx, admin, h.install); err != nil {
+	h.namingTrigger, err = installNamingTrigger(ctx, admin, key, "hold", fmt.Sprint(writeHoldClass), fmt.Sprint(h.objid))
+	if err != nil {
 		h.release() // the transaction that made the triggers rolled back
 		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
 	}
 	return h, nil
+}
+
+// installNamingTrigger puts the trigger on every table, with args after
+// the key: "hold", the advisory lock's two keys; or "fail", an SQLSTATE.
+func installNamingTrigger(ctx context.Context, admin *pgxpool.Pool, key string, args ...string) (*namingTrigger, error) {
+	tr := &namingTrigger{key: key, admin: admin}
+	if err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error { return tr.install(tx, args) }); err != nil {
+		return nil, err
+	}
+	return tr, nil
 }
 
 // sqlHoldTables lists the tables a trigger goes on: every table of the
@@ -79,19 +98,24 @@ WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
   AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
 ORDER BY 2`
 
-// sqlHoldFunction waits, for a row whose new text names TG_ARGV[0] and
-// whose old text did not, for the advisory lock (TG_ARGV[1], TG_ARGV[2]).
-const sqlHoldFunction = `
-CREATE OR REPLACE FUNCTION %s.kit_hold_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
+// sqlNamingFunction acts on a row whose new text names TG_ARGV[0] and
+// whose old text did not: TG_ARGV[1] 'hold' waits for the advisory lock
+// (TG_ARGV[2], TG_ARGV[3]); 'fail' raises SQLSTATE TG_ARGV[2].
+const sqlNamingFunction = `
+CREATE OR REPLACE FUNCTION %s.kit_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
        AND (TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
-        PERFORM pg_advisory_xact_lock_shared(TG_ARGV[1]::int4, TG_ARGV[2]::int4);
+        IF TG_ARGV[1] = 'fail' THEN
+            RAISE EXCEPTION 'reservebench kit: a write naming %% fails with SQLSTATE %%', TG_ARGV[0], TG_ARGV[2]
+                USING ERRCODE = TG_ARGV[2];
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(TG_ARGV[2]::int4, TG_ARGV[3]::int4);
     END IF;
     RETURN NEW;
 END $$`
 
-func (h *writeHold) install(tx pgx.Tx) error {
+func (h *namingTrigger) install(tx pgx.Tx, args []string) error {
 	ctx := context.Background()
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
 		return err
@@ -113,13 +137,17 @@ func (h *writeHold) install(tx pgx.Tx) error {
 	if len(h.tables) == 0 {
 		return errNoTables
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlHoldFunction, pgx.Identifier{h.schema}.Sanitize())); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlNamingFunction, pgx.Identifier{h.schema}.Sanitize())); err != nil {
 		return fmt.Errorf("create the trigger function: %w", err)
+	}
+	lits := []string{quoteLiteral(h.key)}
+	for _, a := range args {
+		lits = append(lits, quoteLiteral(a))
 	}
 	for _, tb := range h.tables {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(
-			`CREATE TRIGGER kit_hold_writes BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s.kit_hold_writes_naming(%s, '%d', '%d')`,
-			tb, pgx.Identifier{h.schema}.Sanitize(), quoteLiteral(h.key), writeHoldClass, h.objid)); err != nil {
+			`CREATE TRIGGER kit_writes_naming BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s.kit_writes_naming(%s)`,
+			tb, pgx.Identifier{h.schema}.Sanitize(), strings.Join(lits, ", "))); err != nil {
 			return fmt.Errorf("create the trigger on %s: %w", tb, err)
 		}
 	}
@@ -183,15 +211,20 @@ func (h *writeHold) release() {
 // after this one meet the strategy's schema as it made it.
 func (h *writeHold) remove() error {
 	h.release()
+	return h.namingTrigger.remove()
+}
+
+// remove drops the triggers.
+func (h *namingTrigger) remove() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := h.dropTriggers(ctx); err != nil {
-		return fmt.Errorf("drop the triggers that held writes naming %q: %w", h.key, err)
+		return fmt.Errorf("drop the triggers on writes naming %q: %w", h.key, err)
 	}
 	return nil
 }
 
-func (h *writeHold) dropTriggers(ctx context.Context) error {
+func (h *namingTrigger) dropTriggers(ctx context.Context) error {
 	if len(h.tables) == 0 {
 		return nil
 	}
@@ -200,11 +233,21 @@ func (h *writeHold) dropTriggers(ctx context.Context) error {
 			return err
 		}
 		for _, tb := range h.tables {
-			if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS kit_hold_writes ON `+tb); err != nil {
+			if _, err := tx.Exec(ctx, `DROP TRIGGER IF EXISTS kit_writes_naming ON `+tb); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, fmt.Sprintf(`DROP FUNCTION IF EXISTS %s.kit_hold_writes_naming()`, pgx.Identifier{h.schema}.Sanitize()))
+		_, err := tx.Exec(ctx, fmt.Sprintf(`DROP FUNCTION IF EXISTS %s.kit_writes_naming()`, pgx.Identifier{h.schema}.Sanitize()))
 		return err
 	})
+}
+
+// failWritesNaming makes every write that names key fail with SQLSTATE
+// code (a namingTrigger) until the trigger is removed.
+func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string) (*namingTrigger, error) {
+	tr, err := installNamingTrigger(ctx, admin, key, "fail", code)
+	if err != nil {
+		return nil, fmt.Errorf("fail writes naming %q: %w", key, err)
+	}
+	return tr, nil
 }

@@ -441,6 +441,7 @@ func All() []Control {
 	out = append(out, onetripMistakes()...)
 	out = append(out, advisorylockMistakes()...)
 	out = append(out, cutMistakes()...)
+	out = append(out, hotrowMistakes()...)
 	return append(out, memquotaControls()...)
 }
 
