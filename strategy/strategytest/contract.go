@@ -99,7 +99,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpiryBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
 		{"an expiry job run on every node, and a Release of another reservation, while a request is on its way (its unit taken, its row not yet written) take nothing from it: the SKU sells its 2 units, no more",
 			func(r tester) { checkMovesBesideInsert(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
-		{"a request whose every write fails with a serialization failure (40001) is answered BUSY or an error, never SOLD_OUT, on a SKU with units; once its writes go through it is HELD, and the failed attempts took nothing",
+		{"a request whose every write fails with a serialization failure (40001) is answered BUSY or an error, never SOLD_OUT, on a SKU with units; once its writes go through it is HELD, and the failed attempts took nothing; a Confirm or a Release whose writes fail so returns an error, never false or 0",
 			func(r tester) { checkWritesKeepFailing(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},

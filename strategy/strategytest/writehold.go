@@ -100,13 +100,15 @@ ORDER BY 2`
 
 // sqlNamingFunction acts on a row whose new text names TG_ARGV[0] and
 // whose old text did not: TG_ARGV[1] 'hold' waits for the advisory lock
-// (TG_ARGV[2], TG_ARGV[3]); 'fail' raises SQLSTATE TG_ARGV[2].
+// (TG_ARGV[2], TG_ARGV[3]); 'fail' raises SQLSTATE TG_ARGV[2]. 'fail-any'
+// raises it for every row whose new text names the key, the updates of a
+// row that named it before too (a transition of the key's reservation).
 const sqlNamingFunction = `
 CREATE OR REPLACE FUNCTION %s.kit_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
-       AND (TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
-        IF TG_ARGV[1] = 'fail' THEN
+       AND (TG_ARGV[1] = 'fail-any' OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
+        IF TG_ARGV[1] IN ('fail', 'fail-any') THEN
             RAISE EXCEPTION 'reservebench kit: a write naming %% fails with SQLSTATE %%', TG_ARGV[0], TG_ARGV[2]
                 USING ERRCODE = TG_ARGV[2];
         END IF;
@@ -243,9 +245,14 @@ func (h *namingTrigger) dropTriggers(ctx context.Context) error {
 }
 
 // failWritesNaming makes every write that names key fail with SQLSTATE
-// code (a namingTrigger) until the trigger is removed.
-func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string) (*namingTrigger, error) {
-	tr, err := installNamingTrigger(ctx, admin, key, "fail", code)
+// code (a namingTrigger) until the trigger is removed: with moves, the
+// updates of rows that named it already too.
+func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string, moves bool) (*namingTrigger, error) {
+	mode := "fail"
+	if moves {
+		mode = "fail-any"
+	}
+	tr, err := installNamingTrigger(ctx, admin, key, mode, code)
 	if err != nil {
 		return nil, fmt.Errorf("fail writes naming %q: %w", key, err)
 	}

@@ -42,7 +42,7 @@ func checkWritesKeepFailing(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	defer dep.Close()
 	node := dep.Node(0)
 	req := strategy.Request{Key: "kit-writes-fail-" + sku, User: "kit-writes-fail", SKU: sku, TTL: time.Hour}
-	fault, err := failWritesNaming(ctx, admin, req.Key, pgerrcode.SerializationFailure)
+	fault, err := failWritesNaming(ctx, admin, req.Key, pgerrcode.SerializationFailure, false)
 	if errors.Is(err, errNoTables) {
 		t.Skip("the strategy keeps no tables in PostgreSQL: no write to fail")
 	} else if err != nil {
@@ -81,5 +81,53 @@ func checkWritesKeepFailing(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	if au.Active != 1 || au.Available != total-1 {
 		t.Errorf("SKU of %d units: a request whose writes failed with 40001 (%s, %v), then sent again when they went through (%s): audit %+v; want 1 active, %d available (the failed attempts took nothing)",
 			total, a.res.Outcome, a.err, res.Outcome, au, total-1)
+	}
+	if res.Outcome == strategy.OutcomeHeld {
+		movesKeepFailing(ctx, t, dep.Node(0), admin, req.Key, total)
+	}
+}
+
+// movesKeepFailing: a Confirm and a Release of the HELD key whose every
+// write fails with 40001 did not move it: they return an error (unknown),
+// never false or 0, which say another call moved it first. Once the writes
+// go through, the Release gives its unit back.
+func movesKeepFailing(ctx context.Context, t tester, node strategy.Strategy, admin *pgxpool.Pool, key string, total int) {
+	t.Helper()
+	confirmer, canConfirm := node.(strategy.Confirmer)
+	releaser, canRelease := node.(strategy.Releaser)
+	if !canConfirm && !canRelease {
+		return
+	}
+	fault, err := failWritesNaming(ctx, admin, key, pgerrcode.SerializationFailure, true)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	removed := false
+	defer func() {
+		if !removed {
+			_ = fault.remove()
+		}
+	}()
+	callCtx, callCancel := context.WithTimeout(ctx, writesFailFor)
+	defer callCancel()
+	if canConfirm {
+		if ok, err := confirmer.Confirm(callCtx, key, strategy.ConfirmBeforeExpiry); err == nil {
+			t.Errorf("Confirm of HELD %s, every write of its row failing with a serialization failure (40001): %v, nil; want an error (it moved nothing, and false says another call moved it)", key, ok)
+		}
+	}
+	if canRelease {
+		if units, err := releaser.Release(callCtx, key); err == nil {
+			t.Errorf("Release of HELD %s, every write of its row failing with a serialization failure (40001): %d, nil; want an error (it moved nothing, and 0 says another call moved it)", key, units)
+		}
+	}
+	removed = true
+	if err := fault.remove(); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if !canRelease {
+		return
+	}
+	if units, err := releaser.Release(ctx, key); err != nil || units != 1 {
+		t.Errorf("Release of HELD %s once its writes go through (the calls before it failed): %d, %v; want 1", key, units, err)
 	}
 }
