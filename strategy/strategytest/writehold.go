@@ -142,6 +142,12 @@ func (h *namingTrigger) install(tx pgx.Tx, args []string) error {
 	if _, err := tx.Exec(ctx, fmt.Sprintf(sqlNamingFunction, pgx.Identifier{h.schema}.Sanitize())); err != nil {
 		return fmt.Errorf("create the trigger function: %w", err)
 	}
+	// The function runs as the role that writes (a strategy's runtime
+	// role, under least privilege), whatever default privileges its
+	// schema revoked.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`GRANT EXECUTE ON FUNCTION %s.kit_writes_naming() TO PUBLIC`, pgx.Identifier{h.schema}.Sanitize())); err != nil {
+		return fmt.Errorf("grant the trigger function: %w", err)
+	}
 	lits := []string{quoteLiteral(h.key)}
 	for _, a := range args {
 		lits = append(lits, quoteLiteral(a))
