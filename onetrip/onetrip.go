@@ -64,6 +64,12 @@ type Options struct {
 	// answers false ("someone else is moving it"): a payment is refused
 	// for a hold that nobody moved.
 	ConfirmGivesUp bool
+	// ConfirmDeadline is a deliberate mistake, for the negative control
+	// ctl-confirm-deadline-false: Confirm gives its statement a deadline of
+	// 2 s of its own (a context, which no setting of the server shows) and,
+	// when it passes, answers false ("the payment came too late to wait
+	// for"): a payment is refused for a hold that nobody moved.
+	ConfirmDeadline bool
 }
 
 func (o Options) maxRetries() int {
@@ -142,7 +148,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -178,6 +184,7 @@ type Deployment struct {
 	whyNotOutsideSession bool // Options.WhyNotOutsideSession
 	expiryHealsCount     bool // Options.ExpiryHealsCount
 	confirmGivesUp       bool // Options.ConfirmGivesUp
+	confirmDeadline      bool // Options.ConfirmDeadline
 
 	retries atomic.Int64
 }

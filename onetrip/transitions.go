@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,15 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	}
 	if n.d.confirmGivesUp {
 		return confirmGivingUp(ctx, n.d.db, key, n.d.skus, mode)
+	}
+	if n.d.confirmDeadline {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		moved, err := moves.Confirm(short, n.d.db, key, n.d.skus, mode)
+		if err != nil && short.Err() != nil && ctx.Err() == nil {
+			return false, nil
+		}
+		return moved, err
 	}
 	return moves.Confirm(ctx, n.d.db, key, n.d.skus, mode)
 }

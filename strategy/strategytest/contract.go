@@ -165,6 +165,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
 		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
 			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a Confirm and a Release of HELD reservations whose rows another transaction holds for at least 6 s (and past any timeout the strategy set), which then rolls back, move them, or give up with an error: never false or 0",
+			func(r tester) { checkMovesOutlastTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",

@@ -25,5 +25,9 @@ func onetripMistakes() []Control {
 			"ctl-confirm-gives-up", "onetrip with one mistake", "new",
 			"Confirm waits at most 2 s for the reservation's row (lock_timeout) and then answers false (\"someone else is moving it\"): a payment is refused for a hold nobody moved",
 			expect("deployment-contract", contract)),
+		fromStrategy(onetrip.New(onetrip.Options{ConfirmDeadline: true}),
+			"ctl-confirm-deadline-false", "onetrip with one mistake", "new",
+			"Confirm gives its statement a deadline of 2 s of its own (a context) and answers false when it passes (\"the payment came too late to wait for\"): a payment is refused for a hold nobody moved",
+			expect("deployment-contract", contract)),
 	}
 }
