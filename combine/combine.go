@@ -85,6 +85,11 @@ const (
 	// when that caller gives up, the others in the batch, whose callers
 	// did not, end with its cancellation.
 	BatchUnderFirstCaller
+	// GaveUpSoldOut: a request sent back to the queue MaxRequeues times
+	// without an error (its row never went in while units were left)
+	// answers SOLD_OUT instead of an error ("every batch it was in gave
+	// the units to requests ahead of it"), though nothing refused it.
+	GaveUpSoldOut
 )
 
 func (o Options) withDefaults() Options {

@@ -118,6 +118,10 @@ func (c *combiner) run(batch []*pending) {
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: %w", p.req.Key, replies[i].err)}
 		case err != nil || replies[i].requeue:
 			if p.requeues >= c.d.opts.MaxRequeues {
+				if err == nil && c.d.opts.Mistake == GaveUpSoldOut {
+					p.done <- answer{res: strategy.Result{Outcome: strategy.OutcomeSoldOut}}
+					continue
+				}
 				p.done <- answer{err: fmt.Errorf("combine: reserve %q: %w (last error: %v)", p.req.Key, errGaveUp, err)}
 				continue
 			}

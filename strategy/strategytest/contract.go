@@ -101,6 +101,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkMovesBesideInsert(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"a request whose every write fails with a serialization failure (40001) is answered BUSY or an error, never SOLD_OUT, on a SKU with units; once its writes go through it is HELD, and the failed attempts took nothing; a Confirm or a Release whose writes fail so returns an error, never false or 0",
 			func(r tester) { checkWritesKeepFailing(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+		{"a request whose every insert of a row naming its key does nothing (as ON CONFLICT DO NOTHING beside a row its snapshot cannot see) is never answered SOLD_OUT on a SKU with units",
+			func(r tester) { checkWritesSkipped(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",

@@ -103,11 +103,16 @@ ORDER BY 2`
 // (TG_ARGV[2], TG_ARGV[3]); 'fail' raises SQLSTATE TG_ARGV[2]. 'fail-any'
 // raises it for every row whose new text names the key, the updates of a
 // row that named it before too (a transition of the key's reservation).
+// 'skip' leaves the row unwritten, without an error, as an INSERT ... ON
+// CONFLICT DO NOTHING does that meets a row its snapshot cannot see.
 const sqlNamingFunction = `
 CREATE OR REPLACE FUNCTION %s.kit_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
        AND (TG_ARGV[1] = 'fail-any' OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
+        IF TG_ARGV[1] = 'skip' THEN
+            RETURN NULL;
+        END IF;
         IF TG_ARGV[1] IN ('fail', 'fail-any') THEN
             RAISE EXCEPTION 'reservebench kit: a write naming %% fails with SQLSTATE %%', TG_ARGV[0], TG_ARGV[2]
                 USING ERRCODE = TG_ARGV[2];
@@ -261,6 +266,17 @@ func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string
 	tr, err := installNamingTrigger(ctx, admin, key, mode, code)
 	if err != nil {
 		return nil, fmt.Errorf("fail writes naming %q: %w", key, err)
+	}
+	return tr, nil
+}
+
+// skipWritesNaming makes every write that names key, and whose row did not
+// name it before, do nothing (a namingTrigger) until the trigger is
+// removed.
+func skipWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*namingTrigger, error) {
+	tr, err := installNamingTrigger(ctx, admin, key, "skip")
+	if err != nil {
+		return nil, fmt.Errorf("skip writes naming %q: %w", key, err)
 	}
 	return tr, nil
 }
