@@ -32,6 +32,10 @@ type link struct {
 	// wrote: a write of the current transaction was forwarded (a Write
 	// fault hits only the first).
 	wrote bool
+	// last is the SQL of the statement forwarded last.
+	last string
+	// gone is closed when the link closes.
+	gone chan struct{}
 }
 
 const (
@@ -102,6 +106,7 @@ func (l *link) close() {
 	}
 	l.closed = true
 	server := l.server
+	close(l.gone)
 	l.mu.Unlock()
 	if tc, ok := l.client.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0) // a reset, as a dropped connection is seen
@@ -181,6 +186,7 @@ func (l *link) consider(sql string) {
 	if writeSQL.MatchString(sql) {
 		l.wrote = true
 	}
+	l.last = sql
 	busy := l.pending != nil || l.silent
 	l.mu.Unlock()
 	if busy {
@@ -209,11 +215,22 @@ func (l *link) serverToClient() {
 		if typ == 'K' && len(msg) >= 9 {
 			l.backend = binary.BigEndian.Uint32(msg[5:9])
 		}
+		committed := false
 		if typ == 'Z' && len(msg) >= 6 && msg[5] == 'I' {
+			committed = l.wrote && l.pending == nil
 			l.wrote = false // the transaction ended
 		}
 		pending, backend, sql := l.pending, l.backend, l.sql
+		last := l.last
 		l.mu.Unlock()
+		if committed {
+			if f, ok := l.p.takeCommitted(); ok {
+				pending, sql = &f, last
+				l.mu.Lock()
+				l.pending, l.sql = pending, sql
+				l.mu.Unlock()
+			}
+		}
 		if pending == nil {
 			if err := l.write(l.client, msg); err != nil {
 				return
@@ -221,7 +238,27 @@ func (l *link) serverToClient() {
 			continue
 		}
 		if typ != 'Z' {
+			if pending.Action == Delay {
+				if err := l.write(l.client, msg); err != nil {
+					return
+				}
+			}
 			continue // the hit statement's answer: swallowed
+		}
+		if pending.Action == Delay {
+			l.p.report(Hit{Fault: *pending, SQL: sql, Backend: backend, At: time.Now()})
+			select {
+			case <-l.p.deliveredChan():
+			case <-l.gone:
+				return
+			}
+			l.mu.Lock()
+			l.pending = nil
+			l.mu.Unlock()
+			if err := l.write(l.client, msg); err != nil {
+				return
+			}
+			continue
 		}
 		if pending.Action == Drop {
 			l.p.report(Hit{Fault: *pending, SQL: sql, Backend: backend, At: time.Now()})

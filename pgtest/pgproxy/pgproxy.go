@@ -12,7 +12,9 @@
 // matching statement reach the server and be executed, swallows the answer,
 // and then either resets the connection (Drop) or leaves it open and silent
 // (Blackhole) until Heal: the client cannot tell whether the statement, or
-// the COMMIT, took effect. Dark makes every connection, existing and new,
+// the COMMIT, took effect; or it holds the end of the answer until Deliver
+// (Delay): the client learns late that a statement took effect, as over a
+// slow network, while the test does something in between. Dark makes every connection, existing and new,
 // silent until Heal, as a network partition would. LoseCancels swallows
 // the clients' cancel requests.
 //
@@ -44,6 +46,12 @@ const (
 	// Commit is a COMMIT: it is executed, and the client never learns that
 	// it succeeded.
 	Commit Point = "commit"
+	// Committed is the end of a transaction that wrote, whatever the
+	// statement: the server's ReadyForQuery, idle, after an autocommit
+	// write or after the COMMIT of a transaction that wrote. The rest of
+	// that answer has reached the client; the ReadyForQuery, which the
+	// client waits for before it returns, gets the action.
+	Committed Point = "committed"
 )
 
 // Action says what happens to a connection once the statement it hit has
@@ -55,6 +63,11 @@ const (
 	Drop Action = "drop"
 	// Blackhole keeps it open and forwards nothing either way until Heal.
 	Blackhole Action = "blackhole"
+	// Delay holds the end of the answer (its ReadyForQuery) until Deliver,
+	// then forwards it, and the connection goes on: the statement took
+	// effect, and the client learns it late. At Write and Commit the
+	// answer's other messages are forwarded, not swallowed.
+	Delay Action = "delay"
 )
 
 // Fault is armed with Arm: the next Hits statements at Point, each on a
@@ -87,6 +100,8 @@ type Proxy struct {
 	links  map[*link]struct{}
 	armed  *Fault
 	left   int // hits left of armed
+	// delivered is closed by Deliver: the answers a Delay holds go on.
+	delivered chan struct{}
 	dark   bool
 	closed bool
 	// losing: cancel requests are swallowed; lost counts them.
@@ -155,6 +170,33 @@ func (p *Proxy) Arm(f Fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.armed, p.left = &f, f.Hits
+	if f.Action == Delay {
+		p.delivered = make(chan struct{})
+	}
+}
+
+// Deliver forwards the answers that a Delay fault holds, and those it will
+// hold until the next Arm.
+func (p *Proxy) Deliver() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.delivered != nil {
+		close(p.delivered)
+		p.delivered = nil
+	}
+}
+
+// deliveredChan is what a link that a Delay hit waits on; closed when
+// nothing is to be held.
+func (p *Proxy) deliveredChan() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.delivered == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.delivered
 }
 
 // Hits delivers each connection a fault hit, once the server has executed
@@ -284,7 +326,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return // closed
 		}
-		l := &link{p: p, client: c}
+		l := &link{p: p, client: c, gone: make(chan struct{})}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -314,6 +356,18 @@ func (p *Proxy) take(sql string, inTx bool) (Fault, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.armed == nil || p.left == 0 || !matches(p.armed.Point, sql, inTx) {
+		return Fault{}, false
+	}
+	p.left--
+	return *p.armed, true
+}
+
+// takeCommitted reports whether the end of a transaction that wrote gets
+// the armed fault (Committed), and counts the hit.
+func (p *Proxy) takeCommitted() (Fault, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.armed == nil || p.left == 0 || p.armed.Point != Committed {
 		return Fault{}, false
 	}
 	p.left--

@@ -272,3 +272,43 @@ func TestProxyHelper(t *testing.T) {
 	fmt.Printf("PROXY %s\n", net.JoinHostPort(host, strconv.Itoa(int(port))))
 	select {} // the parent kills us
 }
+
+// TestDelayCommitted: a Delay at Committed holds the end of the answer of
+// a transaction that wrote (autocommit, then an explicit one) after the
+// server committed it, and lets the client go on after Deliver; a read
+// passes.
+func TestDelayCommitted(t *testing.T) {
+	p, cfg, direct := through(t, pgtest.NewDatabase(t))
+	c := connect(t, cfg)
+	ctx := context.Background()
+	var n int
+	for i, send := range []func() error{
+		func() error { _, err := c.Exec(ctx, "INSERT INTO t VALUES (71)"); return err },
+		func() error {
+			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "INSERT INTO t VALUES (72)")
+				return err
+			})
+		},
+	} {
+		p.Arm(pgproxy.Fault{Point: pgproxy.Committed, Action: pgproxy.Delay, Hits: 1})
+		require.NoError(t, c.QueryRow(ctx, "SELECT 1").Scan(&n), "a read is not held")
+		done := make(chan error, 1)
+		go func() { done <- send() }()
+		select {
+		case h := <-p.Hits():
+			require.Equal(t, pgproxy.Committed, h.Fault.Point)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no hit")
+		}
+		require.True(t, exists(t, direct, 71+i), "the write committed before its answer was delivered")
+		select {
+		case err := <-done:
+			t.Fatalf("the client returned while its answer was held: %v", err)
+		default:
+		}
+		p.Deliver()
+		require.NoError(t, <-done)
+	}
+	require.NoError(t, c.QueryRow(ctx, "SELECT 2").Scan(&n), "the connection goes on")
+}
