@@ -96,14 +96,14 @@ type Proxy struct {
 	dial   func(ctx context.Context) (net.Conn, error)
 	target string
 
-	mu     sync.Mutex
-	links  map[*link]struct{}
-	armed  *Fault
-	left   int // hits left of armed
+	mu    sync.Mutex
+	links map[*link]struct{}
+	armed *Fault
+	left  int // hits left of armed
 	// delivered is closed by Deliver: the answers a Delay holds go on.
 	delivered chan struct{}
-	dark   bool
-	closed bool
+	dark      bool
+	closed    bool
 	// losing: cancel requests are swallowed; lost counts them.
 	losing bool
 	lost   int
