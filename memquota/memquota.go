@@ -184,6 +184,13 @@ type Options struct {
 	// a hint held longer belongs to an attempt held open"), then waits for
 	// the key's row alone, as SoldOutProbesKeyOnly does at once.
 	HintWaitBounded bool
+	// TransitionLetsRestart is a deliberate mistake, for the negative
+	// controls of table 28-1 only: Release and ExpireDue hold a restart
+	// back (d.life) only while they settle doubts, not across their
+	// statement and give-back ("a transition changes no counter before it
+	// commits"): a FromLog restart between the commit and the give-back
+	// recounts the row as free, and the give-back then counts it again.
+	TransitionLetsRestart bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -534,11 +534,27 @@ func moveRows(ctx context.Context, q pgstrategy.Querier, stmt string, args ...an
 // (export_test.go).
 func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args ...any) (int, error) {
 	n.d.life.RLock()
-	defer n.d.life.RUnlock()
-	if err := n.Check(); err != nil {
-		return 0, err
+	if n.d.opts.TransitionLetsRestart {
+		unlocked := false
+		unlock := func() {
+			if !unlocked {
+				unlocked = true
+				n.d.life.RUnlock()
+			}
+		}
+		defer unlock()
+		if err := n.Check(); err != nil {
+			return 0, err
+		}
+		n.d.settleSome(ctx)
+		unlock()
+	} else {
+		defer n.d.life.RUnlock()
+		if err := n.Check(); err != nil {
+			return 0, err
+		}
+		n.d.settleSome(ctx)
 	}
-	n.d.settleSome(ctx)
 	conn, err := n.d.db.Acquire(ctx)
 	if err != nil {
 		return 0, err
