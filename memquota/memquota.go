@@ -191,6 +191,13 @@ type Options struct {
 	// commits"): a FromLog restart between the commit and the give-back
 	// recounts the row as free, and the give-back then counts it again.
 	TransitionLetsRestart bool
+	// CartGivesToLive is a deliberate mistake, for the negative controls of
+	// table 28-1 only: a rolled-back attempt held open gives its units to
+	// its node as it is now ("after a restart the counters of the node
+	// that opened the cart are gone"): a FromLog restart already counted
+	// the cart's uncommitted unit as free, and the rollback counts it
+	// again.
+	CartGivesToLive bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -147,8 +147,12 @@ func (s *session) aroundCommit(ctx context.Context, commit func(context.Context)
 // rolled back). If the node was restarted meanwhile these counters are the
 // dead process's.
 func (s *session) giveBack() {
+	counters := s.n.counters
+	if s.n.d.opts.CartGivesToLive {
+		counters = s.n.d.nodes[s.n.id].Load().counters
+	}
 	for _, t := range s.taken {
-		s.n.counters[t.sku].put()
+		counters[t.sku].put()
 	}
 	s.taken = nil
 	if s.n.d.opts.RollbackGivesBack {

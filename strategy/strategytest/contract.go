@@ -131,6 +131,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkResendGivenUpThenRestarted(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"where survives-restart is claimed, a node that restarts after a Release, then an expiry job, of its reservation committed and before the call had its answer sells the unit once",
 			func(r tester) { checkRestartBeforeAnswer(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart},
+		{"where survives-restart is claimed, two attempts held open on a node while it restarts, then one rolled back and one committed, leave each SKU selling its unit once",
+			func(r tester) { checkSessionAcrossRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart},
 		{"three requests for a SKU reach a node while their writes wait, and the callers of the first two give up: the third, whose caller did not, gets HELD (or BUSY), not an error",
 			func(r tester) { checkOthersGiveUp(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
