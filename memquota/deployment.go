@@ -296,6 +296,13 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	if d.opts.RestartCarriesDoubts {
+		prev := d.nodes[i].Load()
+		prev.dmu.Lock()
+		nd.doubts = append(nd.doubts, prev.doubts...)
+		nd.ndoubt.Store(int32(len(nd.doubts)))
+		prev.dmu.Unlock()
+	}
 	old := d.nodes[i].Swap(nd)
 	old.MarkClosed()
 	return nil

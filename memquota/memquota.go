@@ -198,6 +198,13 @@ type Options struct {
 	// the cart's uncommitted unit as free, and the rollback counts it
 	// again.
 	CartGivesToLive bool
+	// RestartCarriesDoubts is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a restart hands the node's units in
+	// doubt on to the restarted node ("a row that did commit must never be
+	// counted free"), although its recount of the log already settled them:
+	// Settle later gives the unit of an insert that wrote nothing back a
+	// second time.
+	RestartCarriesDoubts bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -83,7 +83,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
 		{"two requests waiting together behind an attempt that commits a reservation for the first one's user: the first is refused, the second gets the unit that is left (never SOLD_OUT while a unit is left)",
 			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
-		{"a request whose client gave up while it waited behind its own twin, an attempt held open on another node that then commits, is resolved by its own attempt: no unit lost",
+		{"a request whose client gave up while it waited behind its own twin, an attempt held open on another node that then commits, is resolved by its own attempt: no unit lost, none sold twice, also where its node restarts (survives-restart claimed) before the twin commits",
 			func(r tester) { checkTwinUnknown(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
 		{"Confirm and Release of a HELD reservation whose row another transaction holds wait for it, and move the reservation when it rolls back",
 			func(r tester) { checkTransitionsWaitForLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},

@@ -25,7 +25,8 @@ const sqlBlockedPIDs = `SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activ
 // node 0's unit, and loses it for good: the SKU is then sold out around it
 // and the audit shows one unit in no reservation. Every other scenario's
 // unknown outcomes had no second attempt of their key, so a key told as
-// much as an attempt would.
+// much as an attempt would. Where survives-restart is claimed, node 0
+// restarts with its request in doubt before the attempt commits.
 func checkTwinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -67,6 +68,20 @@ func checkTwinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 	a := <-twin
 	if a.err == nil && a.res.Outcome == strategy.OutcomeHeld {
 		t.Errorf("the same request on node 0, its client gone while it waited behind the attempt on node 1: HELD, want an error or a refusal")
+	}
+	// Where survives-restart is claimed, node 0 restarts with its request
+	// in doubt, once that request's backends are gone: what the restart
+	// recounts already settles the doubt (the insert wrote nothing), so a
+	// restart that carries the doubt over to the new node and settles it
+	// again later gives the unit back twice (outsider round 21's
+	// doubtcarry).
+	if r, ok := dep.(strategy.Restarter); ok && meta.Claims.Has(strategy.SurvivesRestart) {
+		if err := pgcontrol.WaitNone(ctx, admin, "backends of node 0's request", goneBackendsSQL, waiting); err != nil {
+			t.Fatalf("node 0's request's backends, before node 0 restarts: %v", err)
+		}
+		if err := r.Restart(ctx, 0); err != nil {
+			t.Fatalf("Restart of node 0 with its request in doubt: %v", err)
+		}
 	}
 	if err := session.Commit(ctx); err != nil {
 		t.Fatalf("Commit of the attempt held open on node 1: %v", err)
