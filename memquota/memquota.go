@@ -205,6 +205,11 @@ type Options struct {
 	// Settle later gives the unit of an insert that wrote nothing back a
 	// second time.
 	RestartCarriesDoubts bool
+	// CartBySKU is a deliberate mistake, for the negative controls of table
+	// 28-1 only: an attempt held open keeps one line a SKU of what it took
+	// ("a cart line is one SKU"), so a cart of two units of one SKU, for
+	// two users, gives back one when it rolls back, and the other is lost.
+	CartBySKU bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -80,7 +81,12 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		a := &pass{q: tx, held: true, pid: s.Backends()[0]}
 		res, err := s.n.reserve(ctx, a, req)
 		if err == nil && res.Outcome == strategy.OutcomeHeld {
-			s.taken = append(s.taken, doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt})
+			line := doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt}
+			if i := slices.IndexFunc(s.taken, func(d doubt) bool { return d.sku == req.SKU }); i >= 0 && s.n.d.opts.CartBySKU {
+				s.taken[i] = line // the mistake: one line a SKU
+			} else {
+				s.taken = append(s.taken, line)
+			}
 		}
 		return res, err
 	})

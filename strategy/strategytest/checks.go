@@ -475,12 +475,33 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 		}
 	}
 	if a, ok := other.(strategy.Ager); ok {
-		if _, isExpirer := dep.Node(0).(strategy.Expirer); isExpirer {
+		expirer, isExpirer := dep.Node(0).(strategy.Expirer)
+		// The expiry job held open too (a maintenance sweep in a
+		// transaction): outsider round 22's sweepmem and sweepall left its
+		// SKU filter out and were caught only when other checks'
+		// deployments happened to share the database.
+		sessions, isSessions := dep.Node(0).(strategy.ExpirySessionOpener)
+		if isExpirer || isSessions {
 			if n, err := a.MakeDue(ctx, keys[1:]); err != nil || n != 1 {
 				t.Fatalf("MakeDue on the second deployment: %d, %v; want 1", n, err)
 			}
-			if units, err := dep.Node(0).(strategy.Expirer).ExpireDue(ctx); err != nil || units != 0 {
+		}
+		if isExpirer {
+			if units, err := expirer.ExpireDue(ctx); err != nil || units != 0 {
 				t.Errorf("ExpireDue beside another deployment's due reservation: %d units, %v; want 0, nil", units, err)
+			}
+		}
+		if isSessions {
+			es, err := sessions.OpenExpirySession(ctx)
+			if err != nil {
+				t.Fatalf("OpenExpirySession: %v", err)
+			}
+			units, err := es.ExpireDue(ctx)
+			if cerr := es.Commit(ctx); err == nil {
+				err = cerr
+			}
+			if err != nil || units != 0 {
+				t.Errorf("ExpireDue held open (then committed) beside another deployment's due reservation: %d units, %v; want 0, nil", units, err)
 			}
 		}
 	}

@@ -77,7 +77,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a plain request beside an attempt held open on the last unit (also one that reserved another SKU first) waits or is refused, and one reservation holds the unit",
 			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
-		{"one attempt held open reserves 2 units of a SKU of 3, for two users, with nobody else asking: HELD twice, then REPLAY of its first key and USER_LIMIT for a new key of that user, and both hold once it commits",
+		{"one attempt held open reserves 2 units of a SKU of 3, for two users, with nobody else asking, and rolls back: both units come back; another does the same: HELD twice, then REPLAY of its first key and USER_LIMIT for a new key of that user, and both hold once it commits",
 			func(r tester) { checkTwoOfOneSKUInSession(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"the same where the database's default isolation is REPEATABLE READ (a DBA's ALTER DATABASE ... SET default_transaction_isolation): a strategy written for READ COMMITTED says so in its BEGIN",
 			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},

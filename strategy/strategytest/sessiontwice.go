@@ -16,7 +16,9 @@ import (
 // own session holds it, waits for itself until its bound and answers BUSY
 // (outsider round 19's redislock); every session of the kit's other checks
 // and interleavings reserves a SKU once. Then the attempt sends its first
-// key again (REPLAY) and a new key of the same user (USER_LIMIT).
+// key again (REPLAY) and a new key of the same user (USER_LIMIT). Before
+// all that, an attempt of two units of the SKU rolls back, and both units
+// come back.
 func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -30,6 +32,29 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 	opener, ok := dep.Node(0).(strategy.SessionOpener)
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	// First an attempt of two units of the SKU that rolls back: both
+	// units come back. An attempt that keeps what it took by SKU ("a
+	// cart line is one SKU") gives one back and loses the other for good
+	// (outsider round 22's cartbysku).
+	rb, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	for _, user := range []string{"kit-st-r1", "kit-st-r2"} {
+		req := strategy.Request{Key: "kit-st-" + user + "-" + sku, User: user, SKU: sku, TTL: time.Hour}
+		if res, err := rb.Reserve(ctx, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			_ = rb.Rollback(ctx)
+			t.Fatalf("Session.Reserve of a unit of a SKU of 3 for user %s, in one attempt held open with nobody else asking: %s, %v; want HELD", user, res.Outcome, err)
+		}
+	}
+	if err := rb.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback of the attempt that reserved two units of one SKU: %v", err)
+	}
+	if list, err := dep.Audit(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("Audit: %+v, %v", list, err)
+	} else if a := list[0]; a.Active != 0 || a.Available != 3 || a.Drift() != 0 {
+		t.Errorf("audit after one attempt reserved 2 units of a SKU of 3 and rolled back: %+v; want 0 active, 3 available (both units back)", a)
 	}
 	s, err := opener.OpenSession(ctx)
 	if err != nil {
