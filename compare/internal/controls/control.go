@@ -119,6 +119,9 @@ const (
 	// expireEverySKU: the expiry job has no sku = ANY($1): it expires the
 	// due reservations of every deployment in the database.
 	expireEverySKU
+	// expireHeldOpenEverySKU: the expiry job held open (a maintenance
+	// sweep in a transaction) has no sku = ANY($1); the plain job has it.
+	expireHeldOpenEverySKU
 	// expireEarly: the expiry job compares expires_at with now() plus two
 	// seconds: a reservation is expired up to two seconds before its time.
 	expireEarly
@@ -1262,7 +1265,9 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 		statuses = `'HELD', 'CONFIRMED'`
 	}
 	scope := `sku = ANY($1)`
-	if c.breaks == expireEverySKU {
+	// simulateDeath is set on the plain job's path only: the job held open
+	// (session.ExpireDue) is the one without it.
+	if c.breaks == expireEverySKU || (c.breaks == expireHeldOpenEverySKU && !simulateDeath) {
 		scope = `$1::text[] IS NOT NULL`
 	}
 	due := `now()`
