@@ -38,7 +38,9 @@ type writeHold struct {
 // A namingTrigger is the BEFORE INSERT OR UPDATE row trigger, on every
 // table of the strategy's schema, that acts on the rows whose new text
 // names key and whose old text did not: it waits for an advisory lock
-// (writeHold) or fails the statement (writeFault).
+// (holdWritesNaming), fails the statement (failWritesNaming, which can
+// also fail the updates of rows that named the key already) or leaves the
+// row unwritten (skipWritesNaming). Its SQL is sqlNamingFunction.
 type namingTrigger struct {
 	key    string
 	admin  *pgxpool.Pool
