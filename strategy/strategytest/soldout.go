@@ -26,7 +26,12 @@ import (
 //     KEY_REUSED;
 //   - X, who holds only B, asking for A is SOLD_OUT, not USER_LIMIT;
 //   - a user who holds A asking again under a new key is USER_LIMIT or
-//     SOLD_OUT, and a new user SOLD_OUT.
+//     SOLD_OUT, and a new user SOLD_OUT. Either answer, because the
+//     contract orders only the key first (the comment on strategy's
+//     outcomes): memquota's node answers SOLD_OUT from its count, and
+//     redislock from seed 002's check of the stock row before its lock,
+//     without looking for the user's reservations, which spares a sold-out
+//     storm that read.
 //
 // Last, when the strategy releases, one of A's units is released and X
 // gets it: exactly one HELD, asking each node in turn, or on node 0 at once
