@@ -27,11 +27,7 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("blocked-calls")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "blocked-calls", 2)
 	defer dep.Close()
 	node := dep.Node(0)
 	key := "kit-blocked-" + sku

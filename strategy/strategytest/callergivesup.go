@@ -41,11 +41,7 @@ func othersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("give-up")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "give-up", 3)
 	defer dep.Close()
 	release := holdTablesOrSkip(ctx, t, admin)
 	defer func() { release() }()
@@ -79,7 +75,7 @@ func othersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[
 		t.Fatalf("read the server's clock: %v", err)
 	}
 	seenCtx, seenCancel := context.WithTimeout(ctx, giveUpSeenWithin)
-	err = awaitAnswerOr(seenCtx, a, func() (bool, error) {
+	err := awaitAnswerOr(seenCtx, a, func() (bool, error) {
 		var all, fresh int
 		err := admin.QueryRow(seenCtx, sqlWaitingSince, since).Scan(&all, &fresh)
 		return all >= 2 || fresh > 0, err

@@ -218,11 +218,7 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 // ErrNodeClosed.
 func checkClosedDeployment(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	sku := kitSKU("closed")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "closed", 2)
 	node := dep.Node(0)
 	known := strategy.Request{Key: "kit-closed-1-" + sku, User: "kit-closed-1", SKU: sku, TTL: time.Hour}
 	if res, err := reserveUnlessBusy(ctx, node, known); err != nil || res.Outcome != strategy.OutcomeHeld {

@@ -32,11 +32,7 @@ func checkDueHoldsItsUnit(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("due-holds")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "due-holds", 2)
 	defer dep.Close()
 	ager, ok := dep.(strategy.Ager)
 	if !ok {
@@ -277,11 +273,7 @@ func checkDueReleases(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("due-release")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "due-release", 2)
 	defer dep.Close()
 	ager, ok := dep.(strategy.Ager)
 	if !ok {

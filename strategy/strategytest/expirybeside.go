@@ -25,11 +25,7 @@ func checkExpiryBesideAttempt(t tester, meta strategy.Meta, db, admin *pgxpool.P
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const total = 3
-	sku := kitSKU("expiry-beside")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "expiry-beside", total)
 	defer dep.Close()
 	node := dep.Node(0)
 	opener, isOpener := node.(strategy.SessionOpener)

@@ -19,11 +19,7 @@ func checkExpirySessionRollback(t tester, meta strategy.Meta, db *pgxpool.Pool, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("expiry-rollback")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "expiry-rollback", 3)
 	defer dep.Close()
 	ager, ok := dep.(strategy.Ager)
 	if !ok {

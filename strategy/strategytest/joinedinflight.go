@@ -27,11 +27,7 @@ func checkJoinedTextInFlight(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("joined-flight")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 4}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "joined-flight", 4)
 	defer dep.Close()
 	node := dep.Node(0)
 	opener, ok := node.(strategy.SessionOpener)

@@ -30,19 +30,13 @@ func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpoo
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("locked-rows")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "locked-rows", 3)
 	defer dep.Close()
 	node := dep.Node(0)
 	// A reservation first, so that the strategy's reservation rows are
 	// among the rows held, not only its stock rows.
 	first := strategy.Request{Key: "kit-locked-rows-1-" + sku, User: "kit-locked-rows-1", SKU: sku, TTL: time.Hour}
-	if res, err := reserveUnlessBusy(ctx, node, first); err != nil || res.Outcome != strategy.OutcomeHeld {
-		t.Fatalf("Reserve %q on a fresh SKU of 3: %s, %v; want HELD", first.Key, res.Outcome, err)
-	}
+	holdForCheck(ctx, t, node, first)
 
 	tx, holder := holdAllRows(ctx, t, admin)
 	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back below on every path that gets there
@@ -120,11 +114,7 @@ func checkTransitionsWaitForLockedRows(t tester, meta strategy.Meta, db, admin *
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("locked-moves")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "locked-moves", 3)
 	defer dep.Close()
 	node := dep.Node(0)
 	confirmer, canConfirm := node.(strategy.Confirmer)
@@ -133,11 +123,7 @@ func checkTransitionsWaitForLockedRows(t tester, meta strategy.Meta, db, admin *
 		t.Skip("neither Confirm nor Release")
 	}
 	held := func(name string) string {
-		req := strategy.Request{Key: "kit-locked-moves-" + name + "-" + sku, User: "kit-locked-moves-" + name, SKU: sku, TTL: time.Hour}
-		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Fatalf("Reserve %q on a fresh SKU: %s, %v; want HELD", req.Key, res.Outcome, err)
-		}
-		return req.Key
+		return holdForCheck(ctx, t, node, strategy.Request{Key: "kit-locked-moves-" + name + "-" + sku, User: "kit-locked-moves-" + name, SKU: sku, TTL: time.Hour})
 	}
 	type moved struct {
 		ok  bool

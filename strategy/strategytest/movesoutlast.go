@@ -28,11 +28,7 @@ func checkMovesOutlastTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
-	sku := kitSKU("moves-outlast")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "moves-outlast", 3)
 	defer dep.Close()
 	node := dep.Node(0)
 	confirmer, canConfirm := node.(strategy.Confirmer)
@@ -41,11 +37,7 @@ func checkMovesOutlastTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 		t.Skip("neither Confirm nor Release")
 	}
 	held := func(name string) string {
-		req := strategy.Request{Key: "kit-moves-outlast-" + name + "-" + sku, User: "kit-moves-outlast-" + name, SKU: sku, TTL: time.Hour}
-		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Fatalf("Reserve %q on a fresh SKU: %s, %v; want HELD", req.Key, res.Outcome, err)
-		}
-		return req.Key
+		return holdForCheck(ctx, t, node, strategy.Request{Key: "kit-moves-outlast-" + name + "-" + sku, User: "kit-moves-outlast-" + name, SKU: sku, TTL: time.Hour})
 	}
 	type call struct {
 		what string

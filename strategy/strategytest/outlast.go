@@ -42,20 +42,14 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
-	sku := kitSKU("outlast")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 4}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "outlast", 4)
 	defer dep.Close()
 	node := dep.Node(0)
 	// A reservation first, so that the strategy's reservation rows are
 	// among the rows held, not only its stock rows (and so that a
 	// strategy that sets its timeouts on its requests has set them once).
 	first := strategy.Request{Key: "kit-outlast-1-" + sku, User: "kit-outlast-1", SKU: sku, TTL: time.Hour}
-	if res, err := reserveUnlessBusy(ctx, node, first); err != nil || res.Outcome != strategy.OutcomeHeld {
-		t.Fatalf("Reserve %q on a fresh SKU of 4: %s, %v; want HELD", first.Key, res.Outcome, err)
-	}
+	holdForCheck(ctx, t, node, first)
 	req := func(i int) strategy.Request {
 		return strategy.Request{Key: fmt.Sprintf("kit-outlast-%d-%s", i, sku), User: fmt.Sprintf("kit-outlast-%d", i), SKU: sku, TTL: time.Hour}
 	}

@@ -37,17 +37,8 @@ func checkRestartBeforeAnswer(t tester, meta strategy.Meta, db, admin *pgxpool.P
 		t.Fatalf("%v", err)
 	}
 	defer closeBoth()
-	release, expire := kitSKU("restart-answer-rel"), kitSKU("restart-answer-exp")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Nodes: 2, Stock: []strategy.Stock{
-		{SKU: release, Total: 1, Shares: []int{1, 0}}, {SKU: expire, Total: 1, Shares: []int{1, 0}}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, restarter, release, expire := openForRestart(ctx, t, meta, pool, rs, "restart-answer-rel", "restart-answer-exp")
 	defer dep.Close()
-	restarter, ok := dep.(strategy.Restarter)
-	if !ok {
-		t.Skip("no Restart (strategy.Restarter)")
-	}
 	// Node 0 as it is now: the first restart below makes it anew.
 	held := func(sku string) string {
 		req := strategy.Request{Key: "kit-restart-answer-" + sku, User: "kit-restart-answer", SKU: sku, TTL: time.Hour}

@@ -23,22 +23,10 @@ import (
 // for at most besideWithin, before they end.
 func checkSessionAcrossRestart(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	if !meta.Claims.Has(strategy.SurvivesRestart) {
-		t.Skip("survives-restart is not claimed")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rolled, committed := kitSKU("cart-restart-rb"), kitSKU("cart-restart-c")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{
-		{SKU: rolled, Total: 1, Shares: []int{1, 0}}, {SKU: committed, Total: 1, Shares: []int{1, 0}}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, restarter, rolled, committed := openForRestart(ctx, t, meta, db, rs, "cart-restart-rb", "cart-restart-c")
 	defer dep.Close()
-	restarter, ok := dep.(strategy.Restarter)
-	if !ok {
-		t.Skip("no Restart (strategy.Restarter)")
-	}
 	opener, ok := dep.Node(0).(strategy.SessionOpener)
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
@@ -59,7 +47,7 @@ func checkSessionAcrossRestart(t tester, meta strategy.Meta, db, admin *pgxpool.
 		restarted <- restarter.Restart(ctx, 0)
 	}()
 	waitCtx, waitCancel := context.WithTimeout(ctx, besideWithin)
-	_, err = awaitAnswerOrBlocked(waitCtx, admin, int32(pids[0]), restarted)
+	_, err := awaitAnswerOrBlocked(waitCtx, admin, int32(pids[0]), restarted)
 	waitCancel()
 	if err != nil && ctx.Err() != nil {
 		t.Fatalf("Restart of node 0 beside two carts: %v", err)

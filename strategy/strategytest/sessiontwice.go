@@ -23,11 +23,7 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("session-twice")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "session-twice", 3)
 	defer dep.Close()
 	opener, ok := dep.Node(0).(strategy.SessionOpener)
 	if !ok {

@@ -93,9 +93,7 @@ func checkTransitionsBehindAttempt(t tester, meta strategy.Meta, db, admin *pgxp
 		}
 		sku := stock[i].SKU
 		req := strategy.Request{Key: "kit-behind-" + kind + "-" + sku, User: "kit-behind-" + kind, SKU: sku, TTL: time.Hour}
-		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Fatalf("Reserve: %s, %v; want HELD", res.Outcome, err)
-		}
+		holdForCheck(ctx, t, node, req)
 		if tr.prepare != nil {
 			tr.prepare(req.Key)
 		}

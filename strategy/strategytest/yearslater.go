@@ -37,11 +37,7 @@ func checkYearsLater(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs m
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sku := kitSKU("years-later")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 3}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "years-later", 3)
 	defer dep.Close()
 	node := dep.Node(0)
 	confirmer, canConfirm := node.(strategy.Confirmer)

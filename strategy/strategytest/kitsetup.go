@@ -1,0 +1,58 @@
+package strategytest
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// openOneSKU opens, for a check, a deployment of one node with a fresh SKU
+// (kitSKU(prefix)) of total units, and returns it with the SKU; the check
+// ends when Open fails. The caller closes the deployment.
+func openOneSKU(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string, total int) (strategy.Deployment, string) {
+	t.Helper()
+	sku := kitSKU(prefix)
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return dep, sku
+}
+
+// holdForCheck reserves req on s as a check's setup, not its subject, and
+// returns its key: HELD, or after an unknown outcome the REPLAY of the send
+// that held it (reserveUntilAnswered). Any other answer ends the check.
+func holdForCheck(ctx context.Context, t tester, s strategy.Strategy, req strategy.Request) string {
+	t.Helper()
+	if res, err := reserveUntilAnswered(ctx, s, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Reserve %q on a fresh SKU: %s, %v; want HELD", req.Key, res.Outcome, err)
+	}
+	return req.Key
+}
+
+// openForRestart opens, for a check of what a restart of node 0 keeps, a
+// deployment of two nodes with two fresh SKUs of 1 unit each
+// (kitSKU(first), kitSKU(second)), both on node 0 (shares [1, 0]), and
+// returns it with its Restarter and the two SKUs. The check is skipped
+// where survives-restart is not claimed or the deployment cannot restart.
+// The caller closes the deployment.
+func openForRestart(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, first, second string) (strategy.Deployment, strategy.Restarter, string, string) {
+	t.Helper()
+	if !meta.Claims.Has(strategy.SurvivesRestart) {
+		t.Skip("survives-restart is not claimed")
+	}
+	a, b := kitSKU(first), kitSKU(second)
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{
+		{SKU: a, Total: 1, Shares: []int{1, 0}}, {SKU: b, Total: 1, Shares: []int{1, 0}}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	restarter, ok := dep.(strategy.Restarter)
+	if !ok {
+		dep.Close()
+		t.Skip("no Restart (strategy.Restarter)")
+	}
+	return dep, restarter, a, b
+}
