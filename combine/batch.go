@@ -156,6 +156,10 @@ func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, 
 	if m == TakeByCandidates {
 		batchSQL = strings.Replace(sqlBatch, "s.available - (SELECT count(*) FROM ins)", "s.available - (SELECT count(*) FROM cand, stock WHERE cand.rank <= stock.available)", 1)
 	}
+	if m == AnswersByPosition {
+		batchSQL = strings.Replace(sqlBatch, "\nORDER BY req.ord", "", 1)
+	}
+	position := 0
 	rows, err := q.Query(ctx, batchSQL, sku, keys, users, ttls)
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
@@ -171,6 +175,10 @@ func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, 
 	)
 	_, err = pgx.ForEachRow(rows, []any{&ord, &known.User, &known.SKU, &known.Status, &known.ExpiresAt, &limited, &heldUntil, &tried, &left}, func() error {
 		i := ord - 1
+		if m == AnswersByPosition {
+			i = position // the mistake: the row's place, not its ord
+		}
+		position++
 		if i < 0 || i >= len(reqs) {
 			return fmt.Errorf("batch: answer for request %d of %d", ord, len(reqs))
 		}

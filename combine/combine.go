@@ -90,6 +90,12 @@ const (
 	// answers SOLD_OUT instead of an error ("every batch it was in gave
 	// the units to requests ahead of it"), though nothing refused it.
 	GaveUpSoldOut
+	// AnswersByPosition: a batch's statement has no ORDER BY (its input is
+	// read in request order, "so the rows come back in it"), and each row
+	// answers the request at its position rather than the one its ord
+	// names: when the server's plan returns the rows in another order, a
+	// request gets another's answer.
+	AnswersByPosition
 )
 
 func (o Options) withDefaults() Options {
