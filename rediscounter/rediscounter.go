@@ -165,6 +165,14 @@ const (
 	// and whose row is on its way has its unit and marker dropped, and
 	// when its row commits the unit sells twice.
 	ReleaseRecounts
+	// KeyOtherFromMarker: a request whose key another user's request holds
+	// a unit under in Redis, and which PostgreSQL does not have yet, is
+	// answered KEY_REUSED at once with the owner the key's marker names
+	// ("Redis knows who owns the key"), a reservation made up of what
+	// Redis holds (HELD, no expires_at), instead of waiting for the row: the
+	// owner's request may never commit, and the key is then refused for
+	// good on the word of a reservation that does not exist.
+	KeyOtherFromMarker
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

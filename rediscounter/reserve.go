@@ -166,6 +166,13 @@ func (d *Deployment) keyOfAnother(ctx context.Context, req strategy.Request) (st
 			return strategy.Result{}, err
 		case found:
 			return pgstrategy.KnownKey(req, r), nil
+		case d.mistake == KeyOtherFromMarker:
+			owner, err := d.rdb.HGet(ctx, d.keys(req.SKU)[1], req.Key).Result()
+			if err != nil {
+				return strategy.Result{}, err
+			}
+			return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: strategy.Reservation{ // the mistake: Redis's word for the owner
+				Key: req.Key, User: owner, SKU: req.SKU, Status: strategy.StatusHeld}}, nil
 		case time.Now().After(deadline):
 			return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
 		}

@@ -173,7 +173,8 @@ func (d *Deployment) firstSlot(req strategy.Request) int {
 // COMMITTED transaction begun on it) plus the deployment.
 type session struct {
 	*pgstrategy.Tx
-	d *Deployment
+	d      *Deployment
+	marked bool // Options.OneSavepoint: the attempt's savepoint is set
 }
 
 // OpenSession holds an attempt open.
@@ -203,7 +204,22 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		return strategy.BadRequest(err)
 	}
 	return pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
-		return s.d.reserveIn(ctx, tx, req, true)
+		if s.d.opts.OneSavepoint && s.marked {
+			// The mistake: no savepoint of its own; SOLD_OUT goes back to
+			// the attempt's first.
+			res, err := s.d.reserveIn(ctx, tx, req, false)
+			if err == nil && res.Outcome == strategy.OutcomeSoldOut {
+				if _, err := tx.Exec(ctx, sqlRollbackToSavepoint); err != nil {
+					return strategy.Result{}, fmt.Errorf("slotrows: reserve %q: undo after sold out: %w", req.Key, err)
+				}
+			}
+			return res, err
+		}
+		res, err := s.d.reserveIn(ctx, tx, req, true)
+		if err == nil {
+			s.marked = true
+		}
+		return res, err
 	})
 }
 

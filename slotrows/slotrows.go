@@ -54,6 +54,12 @@ func (c SlotChoice) String() string {
 // Options tune strategy B. The zero value is the registered strategy.
 type Options struct {
 	SlotChoice SlotChoice
+	// OneSavepoint is a deliberate mistake, for the negative control
+	// ctl-slot-one-savepoint only: an attempt held open marks its savepoint
+	// once, at its first request, and every later request rolls back to it
+	// on SOLD_OUT ("a round trip saved per request"), undoing the units
+	// the attempt had answered HELD before.
+	OneSavepoint bool
 }
 
 func (o Options) validate() error {

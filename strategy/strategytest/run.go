@@ -574,7 +574,7 @@ func (t *trial) checkDurable(ctx context.Context) error {
 		}
 	}
 
-	var lost, leaked, mismatched, unknownCommitted, unknownAbsent []string
+	var lost, leaked, mismatched, unknownCommitted, unknownAbsent, ownerless []string
 	heldBy := map[string][]Op{} // key -> HELD answers
 	for _, op := range ops {
 		if op.Kind != "reserve" || !seen[op.Req.Key] {
@@ -597,6 +597,13 @@ func (t *trial) checkDurable(ctx context.Context) error {
 			} else {
 				unknownCommitted = append(unknownCommitted, op.Req.Key)
 			}
+		case OpFail:
+			// Rows are never deleted: a key no reservation has at the end
+			// had none when it was answered KEY_REUSED, unless a fault lost
+			// it (lossClaim).
+			if op.Outcome == strategy.OutcomeKeyReused && d.Status == strategy.StatusNotFound {
+				ownerless = append(ownerless, op.Req.Key)
+			}
 		}
 	}
 	for _, op := range ops {
@@ -608,6 +615,8 @@ func (t *trial) checkDurable(ctx context.Context) error {
 	}
 	t.check(t.lossClaim, "every acknowledged reservation is in the database", len(lost) == 0,
 		fmt.Sprintf("%d acknowledged HELD/REPLAY answers have no reservation: %s", len(lost), sample(t.plainSorted(lost))), lost...)
+	t.check(t.lossClaim, "a key answered KEY_REUSED has a reservation in the database", len(ownerless) == 0,
+		fmt.Sprintf("%d KEY_REUSED answers name an owner the database does not have: %s", len(ownerless), sample(t.plainSorted(ownerless))), ownerless...)
 	t.check(Base, "a refused request leaves no reservation", len(leaked) == 0,
 		fmt.Sprintf("%d refused requests left a reservation: %s", len(leaked), sample(t.plainSorted(leaked))), leaked...)
 	t.check(Base, "an acknowledged reservation belongs to its request", len(mismatched) == 0,

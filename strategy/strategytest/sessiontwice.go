@@ -16,9 +16,10 @@ import (
 // own session holds it, waits for itself until its bound and answers BUSY
 // (outsider round 19's redislock); every session of the kit's other checks
 // and interleavings reserves a SKU once. Then the attempt sends its first
-// key again (REPLAY) and a new key of the same user (USER_LIMIT). Before
-// all that, an attempt of two units of the SKU rolls back, and both units
-// come back.
+// key again (REPLAY) and a new key of the same user (USER_LIMIT), takes
+// the third unit and is refused a fourth (SOLD_OUT), and all three hold
+// once it commits. Before all that, an attempt of two units of the SKU
+// rolls back, and both units come back.
 func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -76,14 +77,34 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 	if res, err := s.Reserve(ctx, other); err != nil || res.Outcome != strategy.OutcomeUserLimit {
 		t.Errorf("Session.Reserve of a new key by user kit-st-u1, who holds the SKU in this attempt: %s, %v; want USER_LIMIT", res.Outcome, err)
 	}
+	// Last, the attempt takes the third unit and is refused a fourth: a
+	// SOLD_OUT inside an attempt undoes only its own request. A strategy
+	// that marks one savepoint for the whole attempt, at its first
+	// request, and rolls back to it on SOLD_OUT ("a round trip saved per
+	// request") undoes every unit the attempt held before (outsider round
+	// 23's onesavepoint); no other session of the kit was refused after it
+	// had held a unit.
+	third := strategy.Request{Key: "kit-st-u3-" + sku, User: "kit-st-u3", SKU: sku, TTL: time.Hour}
+	if res, err := s.Reserve(ctx, third); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("Session.Reserve of unit 3 of 3 of one SKU, for user kit-st-u3, in the attempt that holds the other two: %s, %v; want HELD", res.Outcome, err)
+	}
+	fourth := strategy.Request{Key: "kit-st-u4-" + sku, User: "kit-st-u4", SKU: sku, TTL: time.Hour}
+	if res, err := s.Reserve(ctx, fourth); err != nil || res.Outcome != strategy.OutcomeSoldOut {
+		t.Errorf("Session.Reserve of a fourth unit of a SKU of 3, in the attempt that holds all three: %s, %v; want SOLD_OUT", res.Outcome, err)
+	}
 	if err := s.Commit(ctx); err != nil {
-		t.Fatalf("Commit of the attempt that reserved two units of one SKU: %v", err)
+		t.Fatalf("Commit of the attempt that reserved three units of one SKU: %v", err)
 	}
 	list, err := dep.Audit(ctx)
 	if err != nil || len(list) != 1 {
 		t.Fatalf("Audit: %+v, %v", list, err)
 	}
-	if a := list[0]; a.Active != 2 || a.Drift() != 0 {
-		t.Errorf("audit after one attempt reserved and committed 2 units of a SKU of 3: %+v; want 2 active, drift 0", a)
+	if a := list[0]; a.Active != 3 || a.Available != 0 || a.Drift() != 0 {
+		t.Errorf("audit after one attempt reserved 3 units of a SKU of 3, was refused a fourth, and committed: %+v; want 3 active, 0 available, drift 0", a)
+	}
+	for _, key := range []string{again.Key, "kit-st-kit-st-u2-" + sku, third.Key} {
+		if got, err := dep.Node(0).Lookup(ctx, key); err != nil || got.Status != strategy.StatusHeld {
+			t.Errorf("Lookup of %q, HELD in the attempt that then committed: %+v, %v; want HELD", key, got, err)
+		}
 	}
 }

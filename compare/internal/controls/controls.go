@@ -445,6 +445,7 @@ func All() []Control {
 	out = append(out, advisorylockMistakes()...)
 	out = append(out, cutMistakes()...)
 	out = append(out, hotrowMistakes()...)
+	out = append(out, slotrowsMistakes()...)
 	return append(out, memquotaControls()...)
 }
 

@@ -1,0 +1,113 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// sqlOtherLockWaiters counts the backends of the admin pool's database
+// that wait for a lock, other than $1.
+const sqlOtherLockWaiters = `
+SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> $1`
+
+// checkKeyOnItsWay: a second user's request for a key whose first
+// request's row is on its way (the naming trigger holds that write) is
+// answered from the row, never from anything else a strategy keeps: it
+// waits, or answers BUSY or an error, or, once the row is there, KEY_REUSED
+// with the owner as stored, its expires_at included; the user whose row
+// went in is HELD. A strategy that answers KEY_REUSED at once from a
+// marker of its own (a Redis hash of key to user) makes up a reservation
+// out of what the marker holds, and refuses the key on the word of a row
+// that may never commit (outsider round 23's keyother: HELD, with no
+// expires_at). The kit's races of one key by two users let the first row
+// commit before the second asked, or compared only user and SKU.
+//
+// The second request is sent once the first is seen waiting for the hold,
+// and the hold is let go once the second has answered, or waits for a
+// lock in PostgreSQL, or after besideWithin (a request queued in the
+// strategy's memory shows nowhere).
+func checkKeyOnItsWay(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("key-on-its-way")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 4}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	key := "kit-key-on-its-way-" + sku
+	reqs := []strategy.Request{
+		{Key: key, User: "kit-key-on-its-way-first", SKU: sku, TTL: time.Hour},
+		{Key: key, User: "kit-key-on-its-way-second", SKU: sku, TTL: time.Hour},
+	}
+	hold, err := holdWritesNaming(ctx, admin, key)
+	if errors.Is(err, errNoTables) {
+		t.Skip("the strategy keeps no tables in PostgreSQL: no write to hold")
+	} else if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer func() {
+		if err := hold.remove(); err != nil {
+			t.Errorf("%v", err)
+		}
+	}()
+
+	var box panicBox
+	defer box.rethrow()
+	first := reserveAsync(ctx, &box, dep.Node(0), reqs[0])
+	pid, err := awaitWaiter(ctx, hold, first, resendSeenWithin)
+	if err != nil {
+		t.Fatalf("Reserve %q with its row held: %v", key, err)
+	}
+	if pid == 0 {
+		hold.release()
+		<-first
+		t.Skip("a request writes no row naming its key, as it was sent, before it answers: nothing to hold it by")
+	}
+	second := reserveAsync(ctx, &box, dep.Node(1), reqs[1])
+	seenCtx, seenCancel := context.WithTimeout(ctx, besideWithin)
+	err = awaitAnswerOr(seenCtx, second, func() (bool, error) {
+		var n int
+		err := admin.QueryRow(seenCtx, sqlOtherLockWaiters, pid).Scan(&n)
+		return n > 0, err
+	})
+	seenCancel()
+	if err != nil && ctx.Err() != nil {
+		t.Fatalf("the second user's request for %q: %v", key, err)
+	}
+	hold.release()
+	answers := []answer{<-first, <-second}
+
+	owner, err := dep.Node(0).Lookup(ctx, key)
+	if err != nil {
+		t.Fatalf("Lookup %q: %v", key, err)
+	}
+	for i, a := range answers {
+		what := fmt.Sprintf("the %s user's request for %q (the first's row held while the second was sent)", []string{"first", "second"}[i], key)
+		res, err := a.res, a.err
+		switch {
+		case err != nil, res.Outcome == strategy.OutcomeBusy:
+			// Unknown, or nothing written: either is true of a request that
+			// could not be decided.
+		case owner.Status == strategy.StatusNotFound:
+			t.Errorf("%s: %s, but no reservation has the key", what, res.Outcome)
+		case owner.User == reqs[i].User:
+			if res.Outcome != strategy.OutcomeHeld && res.Outcome != strategy.OutcomeReplay {
+				t.Errorf("%s: %s, but its reservation holds the key", what, res.Outcome)
+			}
+		case res.Outcome != strategy.OutcomeKeyReused:
+			t.Errorf("%s: %s, but the key is user %s's", what, res.Outcome, owner.User)
+		case res.Reservation.User != owner.User || res.Reservation.SKU != owner.SKU || res.Reservation.Status == "" || res.Reservation.Status == strategy.StatusNotFound ||
+			res.Reservation.ExpiresAt.Sub(owner.ExpiresAt).Abs() > time.Millisecond:
+			t.Errorf("%s: KEY_REUSED with %+v; the owner as stored is %+v", what, res.Reservation, owner)
+		}
+	}
+}
