@@ -108,7 +108,11 @@ func (d *Deployment) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Requ
 	}
 	held := strategy.Reservation{Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld}
 	var id int64
-	err := tx.QueryRow(ctx, sqlInsertReservation, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&id, &held.ExpiresAt)
+	ttl := req.TTL.Microseconds()
+	if d.opts.TTLInMillis {
+		ttl = req.TTL.Milliseconds() * 1000 // the mistake: whole milliseconds
+	}
+	err := tx.QueryRow(ctx, sqlInsertReservation, req.Key, req.User, req.SKU, ttl).Scan(&id, &held.ExpiresAt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return answerKnown(ctx, tx, req)

@@ -60,6 +60,11 @@ type Options struct {
 	// on SOLD_OUT ("a round trip saved per request"), undoing the units
 	// the attempt had answered HELD before.
 	OneSavepoint bool
+	// TTLInMillis is a deliberate mistake, for the negative control
+	// ctl-slot-ttl-millis only: a reservation's TTL is kept in whole
+	// milliseconds (the HTTP API's ttl_ms), so a TTL under a millisecond
+	// makes a reservation due when it is made.
+	TTLInMillis bool
 }
 
 func (o Options) validate() error {

@@ -29,7 +29,7 @@ type tester interface {
 	Skip(args ...any)
 }
 
-// runDeploymentContract runs checkConfig, checkExpiryTiming, checkTTLAcrossDST,
+// runDeploymentContract runs checkConfig, checkExpiryTiming, checkTTLAcrossDST, checkTTLMicroseconds,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
 // checkAnswersWhenSoldOut, checkAnswersInAnyPlanOrder, checkKeyOnItsWay, checkTransitionMovesOneKey,
 // checkDueHoldsItsUnit, checkDueReleases,
@@ -59,6 +59,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a reservation held for 18 h or a day, in a session whose time zone changes to daylight saving time 12 h later, expires exactly its TTL after it was made",
 			func(r tester) { checkTTLAcrossDST(r, t.env.Meta, t.env.DB, rs) }, Base},
+		{"a TTL is kept to the microsecond: two reservations made one after the other (in one attempt held open, where the strategy has them), TTL 1 h and 1 h + 999 µs, are stored at least 999 µs apart",
+			func(r tester) { checkTTLMicroseconds(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more; a session refuses what Reserve refuses, another deployment's SKU included",
