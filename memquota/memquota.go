@@ -210,6 +210,11 @@ type Options struct {
 	// ("a cart line is one SKU"), so a cart of two units of one SKU, for
 	// two users, gives back one when it rolls back, and the other is lost.
 	CartBySKU bool
+	// ReplayInCart is a deliberate mistake, for the negative controls of
+	// table 28-1 only: an attempt held open keeps a REPLAY among what it
+	// took ("the key is in the cart either way"), so its rollback gives the
+	// replayed reservation's unit back, though another request holds it.
+	ReplayInCart bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -173,6 +173,12 @@ const (
 	// owner's request may never commit, and the key is then refused for
 	// good on the word of a reservation that does not exist.
 	KeyOtherFromMarker
+	// GiveBackOwnersMarks: a request whose key another SKU's row holds gives
+	// its unit back under that row's key and user ("the row is the key's
+	// truth"), not its own: when the row is another user's, the refused
+	// user's mark on the SKU stays, and the user is answered USER_LIMIT for
+	// a SKU it holds nothing of.
+	GiveBackOwnersMarks
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -136,7 +136,11 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 // each, and the one whose row lost gives its unit back.
 func (d *Deployment) keyTaken(ctx context.Context, req strategy.Request, r strategy.Reservation) (strategy.Result, error) {
 	if r.SKU != req.SKU {
-		if _, err := d.giveBack(ctx, []returned{{sku: req.SKU, key: req.Key, user: req.User}}); err != nil {
+		back := returned{sku: req.SKU, key: req.Key, user: req.User}
+		if d.mistake == GiveBackOwnersMarks {
+			back.key, back.user = r.Key, r.User // the mistake: the owner's marks, not the request's
+		}
+		if _, err := d.giveBack(ctx, []returned{back}); err != nil {
 			return strategy.Result{}, fmt.Errorf("give back the unit of a key another SKU's row holds: %w", err)
 		}
 	}
