@@ -54,6 +54,10 @@ type Options struct {
 	// the scenario ends at its first violation of one of these claims
 	// (strategytest.Env.StopOnViolation).
 	stopOn map[string][]strategy.Claims
+	// checkFirst, for a negative control, is the checks each scenario
+	// runs first: those the control's expectations name
+	// (strategytest.Env.CheckFirst).
+	checkFirst map[string][]string
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -166,6 +170,17 @@ type ControlReport struct {
 type Expectation struct {
 	Scenario string
 	Claim    strategy.Claims
+	// Check, when set, is the check that must fail (strategytest.Check.Name).
+	Check string
+}
+
+// String says what the expectation wants, as table 28-1 prints it.
+func (e Expectation) String() string {
+	s := fmt.Sprintf("%s violation in %s", strategytest.ClaimName(e.Claim), e.Scenario)
+	if e.Check != "" {
+		s += " (" + e.Check + ")"
+	}
+	return s
 }
 
 // ScenarioTimeout bounds one scenario against one strategy, every trial: a
@@ -247,7 +262,7 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	defer res.Close()
 	env := func(in *strategytest.Scenario) strategytest.Env {
 		return strategytest.Env{Meta: meta, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission,
-			StopOnViolation: opts.stopOn[in.Name]}
+			StopOnViolation: opts.stopOn[in.Name], CheckFirst: opts.checkFirst[in.Name]}
 	}
 	var lane sync.WaitGroup
 	for i, in := range scenarios {
@@ -363,7 +378,12 @@ func costOnItsOwn(ctx context.Context, opts Options, meta strategy.Meta) (c *Cos
 		return &Cost{Unmeasured: "resources: " + err.Error()}
 	}
 	defer res.Close()
-	c, err = measureCost(ctx, meta, db, admin, res)
+	for attempt := 1; ; attempt++ {
+		c, err = measureCost(ctx, meta, db, admin, res, attempt)
+		if !walGone(err) || attempt == 3 {
+			break
+		}
+	}
 	if err != nil {
 		return &Cost{Unmeasured: err.Error()}
 	}
@@ -491,7 +511,7 @@ func (c *ControlReport) Judge() {
 				continue
 			}
 			for _, v := range r.Violations() {
-				if v.Claim == e.Claim {
+				if v.Claim == e.Claim && (e.Check == "" || v.Name == e.Check) {
 					c.Caught[i] = true
 				}
 			}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/redistest"
@@ -87,7 +89,8 @@ WHERE c.relkind IN ('r', 'i', 'p') AND n.nspname NOT IN ('pg_catalog', 'informat
 // database (pg_walinspect). A Cost with Unmeasured set says why it could
 // not count; an error is the harness's own. res are the strategy's
 // resources besides PostgreSQL (its Redis), for the cost run alone.
-func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, res resourcetest.Set) (*Cost, error) {
+// attempt names the SKU and keys (a second attempt must not meet the first's).
+func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Pool, res resourcetest.Set, attempt int) (*Cost, error) {
 	if _, err := admin.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`); err != nil {
 		return &Cost{Unmeasured: "pg_walinspect is not available: " + err.Error()}, nil
 	}
@@ -100,7 +103,7 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 		return nil, fmt.Errorf("cost: pool: %w", err)
 	}
 	defer pool.Close()
-	sku := "cost-" + meta.Name
+	sku := fmt.Sprintf("cost-%d-%s", attempt, meta.Name)
 	dep, err := meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 2 * costReservations}}, Resources: res.Addrs()})
 	if err != nil {
 		return nil, fmt.Errorf("cost: open: %w", err)
@@ -111,7 +114,7 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 	defer dep.Close()
 	node := dep.Node(0)
 	reserve := func(i int) (bool, string, error) {
-		key := fmt.Sprintf("cost-%s-%03d", meta.Name, i)
+		key := fmt.Sprintf("%s-%03d", sku, i)
 		res, err := node.Reserve(ctx, strategy.Request{Key: key, User: key, SKU: sku, TTL: strategy.TTLForever})
 		if err != nil {
 			return false, "", fmt.Errorf("cost: reserve: %w", err)
@@ -162,6 +165,16 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 		return nil, fmt.Errorf("cost: read the WAL: %w", err)
 	}
 	return c, nil
+}
+
+// walGone says the WAL from the measurement's start was removed before it
+// was read: a checkpoint, driven by other cells' writes on the same
+// server, recycled the segment (seen once in a table run, SQLSTATE 58P01).
+// The counts do not depend on when they are taken, so measuring again on a
+// fresh SKU gives the same ones.
+func walGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedFile
 }
 
 // costTracer counts round trips and statements on a pool's connections.

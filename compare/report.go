@@ -145,7 +145,7 @@ func (r *Report) Markdown() []byte {
 		for _, c := range r.Controls {
 			var exp, got []string
 			for i, e := range c.Expect {
-				exp = append(exp, fmt.Sprintf("%s violation in %s", strategytest.ClaimName(e.Claim), e.Scenario))
+				exp = append(exp, e.String())
 				mark := "no"
 				if i < len(c.Caught) && c.Caught[i] {
 					mark = "yes"
@@ -455,7 +455,7 @@ func (r *Report) JSON(volatile bool) []byte {
 			jc.Results = nil // a broken strategy's counts depend on scheduling
 		}
 		for _, e := range c.Expect {
-			jc.Expect = append(jc.Expect, fmt.Sprintf("%s violation in %s", strategytest.ClaimName(e.Claim), e.Scenario))
+			jc.Expect = append(jc.Expect, e.String())
 		}
 		out.Controls = append(out.Controls, jc)
 	}

@@ -122,8 +122,8 @@ func Table(t *testing.T, opts TableOptions) *Report {
 				t.Logf("negative control %s is not judged in %s, which is n/a under -short: %s", c.Meta.Name, e.Scenario, why)
 				continue
 			}
-			msg := fmt.Sprintf("negative control %s (%s) was not caught: want a %s violation in %s; it breaks: %s",
-				c.Meta.Name, c.Case, strategytest.ClaimName(e.Claim), e.Scenario, c.Breaks)
+			msg := fmt.Sprintf("negative control %s (%s) was not caught: want a %s; it breaks: %s",
+				c.Meta.Name, c.Case, e, c.Breaks)
 			if testing.Short() && c.Race {
 				// -short runs a few trials of each race: a miss there says
 				// nothing about the full run, whose odds docs/detection.md
@@ -147,9 +147,13 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 	for i, c := range all {
 		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks, Race: c.Race}
 		stopOn := map[string][]strategy.Claims{}
+		checkFirst := map[string][]string{}
 		for _, e := range c.Expect {
-			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim})
+			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim, Check: e.Check})
 			stopOn[e.Scenario] = append(stopOn[e.Scenario], e.Claim)
+			if e.Check != "" {
+				checkFirst[e.Scenario] = append(checkFirst[e.Scenario], e.Check)
+			}
 		}
 		out[i] = cr
 		var scenarios []*strategytest.Scenario
@@ -162,6 +166,7 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 			copts := opts
 			copts.Admission = c.Admission
 			copts.stopOn = stopOn
+			copts.checkFirst = checkFirst
 			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios), sem)
 			cr.Judge()
 		}()

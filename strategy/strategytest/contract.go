@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -46,162 +47,167 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		what  string
 		run   func(tester)
 		claim strategy.Claims // Base: the contract itself
+		name  string          // what Env.CheckFirst and a control's expectation call it
 	}
 	var behind conflictBehind
 	var jump redisJump
 	var fresh freshDatabase
 	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
-			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base, "checkConfig"},
 		{"a request whose lock another takes while it waits in PostgreSQL, for longer than its watchdog's renewal, answers what it stored: HELD when its reservation is, not HELD when it is not",
-			func(r tester) { checkLockLostWhileWorking(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkLockLostWhileWorking(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLockLostWhileWorking"},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
-			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base, "checkExpiryTiming"},
 		{"a reservation held for 18 h or a day, in a session whose time zone changes to daylight saving time 12 h later, expires exactly its TTL after it was made",
-			func(r tester) { checkTTLAcrossDST(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkTTLAcrossDST(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTTLAcrossDST"},
 		{"a TTL is kept to the microsecond: two reservations made one after the other (in one attempt held open, where the strategy has them), TTL 1 h and 1 h + 999 µs, are stored at least 999 µs apart",
-			func(r tester) { checkTTLMicroseconds(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkTTLMicroseconds(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTTLMicroseconds"},
 		{"ConfirmBeforeExpiry confirms a reservation exactly while its expires_at has not passed",
-			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base, "checkConfirmTiming"},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more; a session refuses what Reserve refuses, another deployment's SKU included",
-			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }, Base, "checkSession"},
 		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
-			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base, "checkUnitsPerSKU"},
 		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED (also from a user who holds the SKU under another key), and USER_LIMIT only for the SKU its user holds; a unit released through another node is HELD on it when no phantom sold-out is claimed",
-			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersWhenSoldOut"},
 		{"a crowd of requests for one SKU sent at once to one node (every answer a SKU with units gives, shuffled) gets each its own answer while the server joins by sorting, so rows come back in another order than requests went in",
-			func(r tester) { checkAnswersInAnyPlanOrder(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkAnswersInAnyPlanOrder(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersInAnyPlanOrder"},
 		{"a transition moves only the reservation of its key: confirming or releasing one of a user's reservations leaves the user's others, and other users', as they were",
-			func(r tester) { checkTransitionMovesOneKey(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkTransitionMovesOneKey(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTransitionMovesOneKey"},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
-			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkOddText"},
 		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: its user is refused the SKU under a new key, and selling around it (after a restart of its node, where survives-restart is claimed), then its late payment, oversells nothing",
-			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueHoldsItsUnit"},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
-			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueReleases"},
 		{"a plain request beside an attempt held open on the last unit (also one that reserved another SKU first) waits or is refused, and one reservation holds the unit",
-			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkPlainBesideSession"},
 		{"one attempt held open reserves 2 units of a SKU of 4 (one sold before), for two users, with nobody else asking, sends the sold key again (REPLAY), and rolls back: both units come back, none for the REPLAY; another does the same: HELD twice, then REPLAY of its first key and USER_LIMIT for a new key of that user, then HELD for the last unit and SOLD_OUT for one more, and all three hold once it commits",
-			func(r tester) { checkTwoOfOneSKUInSession(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkTwoOfOneSKUInSession(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTwoOfOneSKUInSession"},
 		{"the same where the database's default isolation is REPEATABLE READ (a DBA's ALTER DATABASE ... SET default_transaction_isolation): a strategy written for READ COMMITTED says so in its BEGIN",
-			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAtDefaultIsolation"},
 		{"two requests waiting together behind an attempt that commits a reservation for the first one's user: the first is refused, the second gets the unit that is left (never SOLD_OUT while a unit is left)",
-			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
+			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting"},
 		{"a request whose client gave up while it waited behind its own twin, an attempt held open on another node that then commits, is resolved by its own attempt: no unit lost, none sold twice, also where its node restarts (survives-restart claimed) before the twin commits",
-			func(r tester) { checkTwinUnknown(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
+			func(r tester) { checkTwinUnknown(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkTwinUnknown"},
 		{"Confirm and Release of a HELD reservation whose row another transaction holds wait for it, and move the reservation when it rolls back",
-			func(r tester) { checkTransitionsWaitForLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkTransitionsWaitForLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTransitionsWaitForLockedRows"},
 		{"a request that waits behind an attempt held open, which then commits its key (for another SKU, or its twin), its key by another user, or its user's reservation of the SKU, is answered KEY_REUSED, REPLAY or USER_LIMIT",
-			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkConflictBehind"},
 		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
-			behind.audit, strategy.Conserves},
+			behind.audit, strategy.Conserves, "checkConflictBehind"},
 		{"a Lookup, Confirm or Release that waits behind tables another transaction has locked until its caller gives up returns an error, not NOT_FOUND, false or 0; so do a Restart and an Attach",
-			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkBlockedCallsFail"},
 		{"an expiry job, a Release or a Confirm that waits behind an attempt held open on its SKU (another key), which then commits, moves its reservation once and reports it: one unit given back, or true",
-			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTransitionsBehindAttempt"},
 		{"an expiry job run while an attempt is held open on a SKU where nothing is due (waiting for it, if it does) gives nothing back and leaves the count as the attempt's commit makes it: one unit in one reservation",
-			func(r tester) { checkExpiryBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves},
+			func(r tester) { checkExpiryBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkExpiryBesideAttempt"},
 		{"an expiry job run on every node, and a Release of another reservation, while a request is on its way (its unit taken, its row not yet written) take nothing from it: the SKU sells its 2 units, no more",
-			func(r tester) { checkMovesBesideInsert(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkMovesBesideInsert(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkMovesBesideInsert"},
 		{"a second user's request for a key whose first request's row is on its way (for the same SKU, then another) waits, or is BUSY or an error, or KEY_REUSED with the owner as stored once the row is there; the user whose row went in is HELD, and a user refused the key is HELD under a new key",
-			func(r tester) { checkKeyOnItsWay(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkKeyOnItsWay(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkKeyOnItsWay"},
 		{"a request whose every write fails with a serialization failure (40001) is answered BUSY or an error, never SOLD_OUT, on a SKU with units; once its writes go through it is HELD, and the failed attempts took nothing; a Confirm or a Release whose writes fail so returns an error, never false or 0",
-			func(r tester) { checkWritesKeepFailing(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkWritesKeepFailing(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkWritesKeepFailing"},
 		{"a request whose every insert of a row naming its key does nothing (as ON CONFLICT DO NOTHING beside a row its snapshot cannot see) is never answered SOLD_OUT on a SKU with units",
-			func(r tester) { checkWritesSkipped(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
+			func(r tester) { checkWritesSkipped(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWritesSkipped"},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
-			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAttachBesideAttempt"},
 		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",
-			func(r tester) { checkAttachedInOtherOrder(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkAttachedInOtherOrder(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAttachedInOtherOrder"},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
-			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkExpirySessionRollback(r, t.env.Meta, t.env.DB, rs) }, Base, "checkExpirySessionRollback"},
 		{"a node whose configured share of a SKU is 0 sells none of it: three nodes with shares [0, 3, 0] sell at most 3",
-			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
+			func(r tester) { checkZeroShare(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell, "checkZeroShare"},
 		{"a SKU of 70,001 units (more than 16 bits count) opens, sells a unit and takes it back, counted exactly",
-			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base, "checkBigTotal"},
 		{"stock split evenly over 3, 4 or 5 nodes gives each node its strategy.ShareOf and sells at most the total",
-			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
+			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell, "checkEvenSplit"},
 		{"keys, users and SKUs that differ only in case, spaces at either end, Unicode normal form or compatibility form (width, ligatures), a dash or a character of no width, a UUID's spelling, or as aliases of one e-mail inbox are different",
-			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDistinctText"},
 		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",
-			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkJoinedText"},
 		{"two requests in flight at once whose key and user joined with ':' read the same (K:1 by u, K by 1:u), each behind its twin held open, get each its own answer",
-			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkJoinedTextInFlight"},
 		{"a request that waits behind its user's attempt held open, sent again through a node with no unit of the SKU (of the same process, and of a second one that attached), is one request: once the attempt rolls back, one HELD and one REPLAY, never SOLD_OUT",
-			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkResendBehindUser"},
 		{"a SKU of 1 unit reserved and released by one process, then by a second that attached, whose release is cut once the server ran it, sells 1 unit again: the second settles only its own",
-			func(r tester) { checkCutReleaseInNewProcess(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkCutReleaseInNewProcess(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkCutReleaseInNewProcess"},
 		{"a request that died mid-reserve on node 0, sent again through node 1 and written while node 0 restarts, keeps its unit: the SKU of 1 unit sells no more",
-			func(r tester) { checkCrashedResentDuringRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkCrashedResentDuringRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkCrashedResentDuringRestart"},
 		{"a request in flight on node 0, sent again through node 1 and given up, and node 1 restarted before the first is written: the SKU of 1 unit sells no more",
-			func(r tester) { checkResendGivenUpThenRestarted(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell},
+			func(r tester) { checkResendGivenUpThenRestarted(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkResendGivenUpThenRestarted"},
 		{"where survives-restart is claimed, a node that restarts after a Release, then an expiry job, of its reservation committed and before the call had its answer sells the unit once",
-			func(r tester) { checkRestartBeforeAnswer(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart},
+			func(r tester) { checkRestartBeforeAnswer(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBeforeAnswer"},
 		{"where survives-restart is claimed, two attempts held open on a node while it restarts, then one rolled back and one committed, leave each SKU selling its unit once",
-			func(r tester) { checkSessionAcrossRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart},
+			func(r tester) { checkSessionAcrossRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkSessionAcrossRestart"},
 		{"three requests for a SKU reach a node while their writes wait, and the callers of the first two give up: the third, whose caller did not, gets HELD (or BUSY), not an error",
-			func(r tester) { checkOthersGiveUp(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkOthersGiveUp(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkOthersGiveUp"},
 		{"after the clock of the strategy's Redis jumps past every TTL (keys with one deleted, holds made due), a SKU sold out and paid for sells nothing more",
 			func(r tester) {
 				jump.run(r, t.env.Meta, t.env.DB, t.env.Resources)
 				jump.judge(r, jump.oversold, "sold again after the jump", "the jump of Redis's clock did not run")
-			}, strategy.NoOversell},
+			}, strategy.NoOversell, "checkRedisClockJump"},
 		{"after the clock of the strategy's Redis jumps past every TTL, a due hold released (or expired) gives its unit back: every unit is in a reservation or available",
 			func(r tester) {
 				jump.judge(r, jump.unconserved, "a unit lost after the jump", "the jump of Redis's clock did not run")
-			}, strategy.Conserves},
+			}, strategy.Conserves, "checkRedisClockJump"},
 		{"a SKU opened in a fresh database on the same resources (Redis) as an earlier one sells what the new stock says, not the earlier count: no more",
 			func(r tester) {
 				fresh.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs)
 				fresh.judge(r, fresh.oversold, "the earlier database's count sold", "the fresh database on the same resources was not checked")
-			}, strategy.NoOversell},
+			}, strategy.NoOversell, "checkFreshDatabase"},
 		{"a SKU opened in a fresh database on the same resources as an earlier one sells its whole new stock: every unit is in a reservation or available",
 			func(r tester) {
 				fresh.judge(r, fresh.unconserved, "the earlier database's count kept", "the fresh database on the same resources was not checked")
-			}, strategy.Conserves},
+			}, strategy.Conserves, "checkFreshDatabase"},
 		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
-			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkAuditOneSnapshot"},
 		{"two SKUs are two stocks however alike their names: SKUs whose CRC-32, CRC-32C, FNV or String.hashCode are equal, and two of the longest length that differ in the last byte, each sell exactly their own total",
-			func(r tester) { checkSKUsApart(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkSKUsApart(r, t.env.Meta, t.env.DB, rs) }, Base, "checkSKUsApart"},
 		{"1,000 days later (every time stored for a SKU moved 1,000 days back, node 0 restarted where it claims to survive it, the expiry job run), a paid unit stays sold, the others sell once more, and every old key is still its own, found by Lookup",
-			func(r tester) { checkYearsLater(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkYearsLater(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkYearsLater"},
 		{"an Audit's Available is what then sells: after a sale (and, for a strategy that counts stock in a node's memory, a request that died mid-reserve), exactly that many units are HELD before SOLD_OUT",
-			func(r tester) { checkAuditIsWhatSells(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkAuditIsWhatSells(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAuditIsWhatSells"},
 		{"one user holds a unit of each of 64 SKUs at once: the limit is one active reservation per user and SKU, none across SKUs",
-			func(r tester) { checkOneUserManySKUs(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkOneUserManySKUs(r, t.env.Meta, t.env.DB, rs) }, Base, "checkOneUserManySKUs"},
 		// The costly checks (a wait for the clock, a lock held for seconds,
 		// hundreds or thousands of requests) come after the others: a
 		// negative control's scenario ends at its first violation, so a
 		// mistake an earlier check catches never pays for them.
 		{"a request that waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
-			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut},
+			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts"},
 		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
-			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkResendOutlastsTimeouts"},
 		{"a Confirm and a Release of HELD reservations whose rows another transaction holds for at least 6 s (and past any timeout the strategy set), which then rolls back, move them, or give up with an error: never false or 0",
-			func(r tester) { checkMovesOutlastTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkMovesOutlastTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkMovesOutlastTimeouts"},
 		{"two keys, and two users, whose 32-bit hashtext() collide are different",
-			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base, "checkHashCollisions"},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
-			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base, "checkJustPast"},
 		{"the first Opens on an empty database, six at once, all open",
-			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base},
+			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base, "checkConcurrentFirstOpens"},
 		{"one ExpireDue moves every due reservation, 6,000 of them at once over 350 SKUs; where survives-restart is claimed, node 0 restarted with all 1,004 units of a SKU reserved sells none of them again",
-			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base},
+			func(r tester) { checkExpireAllDue(r, t.env.Meta, t.env.DB, rs) }, Base, "checkExpireAllDue"},
 		{"requests at once for the last unit of a SKU counted in a node's memory get it once: one that dies mid-reserve per processor, until 2,000 SKUs were raced for within 500 ns (or half a quick call, where a call takes a round trip), and 32 whole ones, for each of 300",
-			func(r tester) { checkLastUnitRace(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell},
+			func(r tester) { checkLastUnitRace(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell, "checkLastUnitRace"},
 		// Last: the sequences stay where it moved them.
 		{"on tables whose ids have passed the 4-byte bound (every sequence moved there, as a long-lived table would be), a SKU sells out, refuses what it must, and its transitions move and give back",
-			func(r tester) { checkIdsPastInt4(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base},
+			func(r tester) { checkIdsPastInt4(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkIdsPastInt4"},
 	}
 	// Only for a strategy that claims it: one that does not waits here by
 	// design, as the phantom scenario shows.
 	if t.env.Meta.Claims.Has(strategy.NoWait) {
 		parts = append(parts, part{"a request with a new key and user does not wait while another transaction holds every row of the strategy's tables as an UPDATE in flight would",
-			func(r tester) { checkNoWaitBehindLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait})
+			func(r tester) { checkNoWaitBehindLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait, "checkNoWaitBehindLockedRows"})
 	}
 	// After every other: their calls have been through the pool.
 	parts = append(parts, part{"the strategy leaves the pool's connections as it found them: no session setting left by a SET without LOCAL",
-		func(r tester) { checkSessionsUntouched(r, t.env.DB) }, Base})
+		func(r tester) { checkSessionsUntouched(r, t.env.DB) }, Base, "checkSessionsUntouched"})
+	parts, err := checksFirst(parts, t.env.CheckFirst, func(p part) string { return p.name })
+	if err != nil {
+		return err
+	}
 	for _, p := range parts {
 		r := runRecorded(p.run)
 		if r.skipped != "" {
@@ -211,7 +217,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		for _, l := range r.logs {
 			t.fact("note", "%s", l)
 		}
-		t.check(p.claim, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
+		t.checkNamed(p.name, p.claim, p.what, len(r.errs) == 0, fmt.Sprintf("%d failed: %s", len(r.errs), strings.Join(r.errs, "; ")), noRequest)
 		if t.violated(t.env.StopOnViolation) {
 			break
 		}
@@ -259,4 +265,41 @@ func (r *recorder) Fatal(args ...any) {
 func (r *recorder) Skip(args ...any) {
 	r.skipped = fmt.Sprint(args...)
 	panic(recorderStop{})
+}
+
+// keepsItsPlace are the checks that must run where they are, whatever
+// Env.CheckFirst says: checkIdsPastInt4 moves the sequences every later
+// check would use, checkSessionsUntouched reads what all the others left.
+var keepsItsPlace = []string{"checkIdsPastInt4", "checkSessionsUntouched"}
+
+// checksFirst moves the parts named in first to the front, in the order
+// first names them (a name's parts keep theirs), and leaves the rest as
+// they were. A name that is no part's is an ErrUnknownCheck.
+func checksFirst[P any](parts []P, first []string, name func(P) string) ([]P, error) {
+	if len(first) == 0 {
+		return parts, nil
+	}
+	out := make([]P, 0, len(parts))
+	moved := make([]bool, len(parts))
+	for _, n := range first {
+		found := false
+		for i, p := range parts {
+			if name(p) == n {
+				found = true
+				if !moved[i] && !slices.Contains(keepsItsPlace, n) {
+					moved[i] = true
+					out = append(out, p)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: %q is no check of %s", ErrUnknownCheck, n, KindDeploymentContract)
+		}
+	}
+	for i, p := range parts {
+		if !moved[i] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

@@ -45,9 +45,12 @@ type Fact struct {
 type Check struct {
 	Claim  strategy.Claims `json:"-"`
 	Claims string          `json:"claim"` // Claim's name, or "contract" for Base
-	What   string          `json:"what"`
-	Trials int             `json:"trials"`
-	Failed int             `json:"failed"`
+	// Name is the check's name where it has one (Env.CheckFirst): the
+	// deployment contract's checks.
+	Name   string `json:"name,omitempty"`
+	What   string `json:"what"`
+	Trials int    `json:"trials"`
+	Failed int    `json:"failed"`
 	// The first failure: which trial, the counts, and the history excerpt.
 	FirstTrial int     `json:"first_trial,omitempty"`
 	Detail     string  `json:"detail,omitempty"`
@@ -212,7 +215,7 @@ func aggregate(r *Result, trials []*trial) {
 			k := fmt.Sprint(uint64(o.claim), "\x00", o.what)
 			c, ok := index[k]
 			if !ok {
-				c = &Check{Claim: o.claim, Claims: ClaimName(o.claim), What: o.what}
+				c = &Check{Claim: o.claim, Claims: ClaimName(o.claim), Name: o.name, What: o.what}
 				index[k] = c
 				r.Checks = append(r.Checks, c)
 			}

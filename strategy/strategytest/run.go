@@ -67,6 +67,13 @@ type Env struct {
 	// it only spend the run's time (they were a third of go test
 	// ./compare's).
 	StopOnViolation []strategy.Claims
+	// CheckFirst names checks of the deployment contract to run before
+	// the others (Check.Name, the names docs/detection.md gives, e.g.
+	// "checkKeyOnItsWay"); the rest follow in their usual order. With
+	// StopOnViolation, a negative control made to fail one check runs
+	// that check, not every check before it. A name that is no check's
+	// ends the scenario with ErrUnknownCheck.
+	CheckFirst []string
 
 	// lp is how a strategy with Meta.Setup is served (roles.go); nil: RunScenario prepares it.
 	lp *leastPriv
@@ -396,6 +403,7 @@ type varyingCount struct {
 }
 
 type checkOutcome struct {
+	name    string // the check's name, where it has one (deployment-contract's parts)
 	claim   strategy.Claims
 	what    string
 	ok      bool
@@ -421,7 +429,12 @@ func (t *trial) vary(name string, v int) { t.varying = append(t.varying, varying
 // check records one assertion. keys select the history excerpt shown when it
 // fails (all operations when empty).
 func (t *trial) check(claim strategy.Claims, what string, ok bool, detail string, keys ...string) {
-	o := checkOutcome{claim: claim, what: what, ok: ok}
+	t.checkNamed("", claim, what, ok, detail, keys...)
+}
+
+// checkNamed is check for a check that has a name (Check.Name).
+func (t *trial) checkNamed(name string, claim strategy.Claims, what string, ok bool, detail string, keys ...string) {
+	o := checkOutcome{name: name, claim: claim, what: what, ok: ok}
 	if !ok {
 		o.detail = detail
 		o.history = Excerpt(t.hist.Ops(), keys, 40)

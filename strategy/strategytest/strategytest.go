@@ -82,6 +82,10 @@ func (o Options) wants(name string) bool {
 // otherwise run nothing, or skip nothing, and pass.
 var ErrUnknownScenario = errors.New("strategytest: no scenario of that name")
 
+// ErrUnknownCheck is returned by RunScenario when Env.CheckFirst names a
+// check the scenario does not have.
+var ErrUnknownCheck = errors.New("strategytest: no check of that name")
+
 // checkNames reports the names of Only and Skip that are no scenario of ins.
 func (o Options) checkNames(ins []*Scenario) error {
 	known := make(map[string]bool, len(ins))

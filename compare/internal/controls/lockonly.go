@@ -59,9 +59,9 @@ func lockMistakes() []Control {
 	return append(out, fromStrategy(redislock.New(redislock.Options{Mistake: redislock.WaitIsSoldOut}),
 		"ctl-lock-wait-sold-out", "redislock with one mistake", "seed 002",
 		"a request whose lock was not granted within its wait (3 s) is answered SOLD_OUT (\"a queue that long means the SKU is gone\"), while the holder's attempt may roll back and a unit is free",
-		expect("deployment-contract", strategy.NoPhantomSoldOut)),
+		inContract(strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting")),
 		fromStrategy(redislock.New(redislock.Options{Mistake: redislock.SessionRelocks}),
 			"ctl-lock-session-relocks", "redislock with one mistake", "new",
 			"every attempt of a session takes the SKU's lock, also when its own session holds it: a second unit of one SKU in one session waits for itself until its bound (3 s) and is answered BUSY",
-			expect("deployment-contract", contract)))
+			inContract(contract, "checkTTLMicroseconds")))
 }

@@ -31,7 +31,7 @@ func TestOne(t *testing.T) {
 		}
 		found = true
 		in := strategytest.MustScenario(sc)
-		env := strategytest.Env{Meta: c.Meta, Resources: resourcetest.New(t, c.Meta), Logf: t.Logf}
+		env := strategytest.Env{Meta: c.Meta, Resources: resourcetest.New(t, c.Meta), Logf: t.Logf, CheckFirst: c.CheckFirst(sc)}
 		if in.ExclusiveServer {
 			own := ownServer(t)
 			env.DB, env.Admin = ownDatabase(t, own)
@@ -51,7 +51,7 @@ func TestOne(t *testing.T) {
 		}
 		for _, ch := range r.Checks {
 			if ch.Failed > 0 {
-				t.Logf("check %s [%s] %s failed %d/%d: %s\n%s", ch.Verdict, ch.Claims, ch.What, ch.Failed, ch.Trials, ch.Detail, strings.Join(strings.Split(ch.History, "\n")[:min(10, len(strings.Split(ch.History, "\n")))], "\n"))
+				t.Logf("check %s [%s] %s %s failed %d/%d: %s\n%s", ch.Verdict, ch.Claims, ch.Name, ch.What, ch.Failed, ch.Trials, ch.Detail, strings.Join(strings.Split(ch.History, "\n")[:min(10, len(strings.Split(ch.History, "\n")))], "\n"))
 			}
 		}
 	}
