@@ -54,10 +54,10 @@ type Options struct {
 	// the scenario ends at its first violation of one of these claims
 	// (strategytest.Env.StopOnViolation).
 	stopOn map[string][]strategy.Claims
-	// checkFirst, for a negative control, is the checks each scenario
-	// runs first: those the control's expectations name
-	// (strategytest.Env.CheckFirst).
-	checkFirst map[string][]string
+	// checks, for a negative control, is the checks of the deployment
+	// contract each scenario runs: those the control's expectations name
+	// (strategytest.Env.Checks).
+	checks map[string][]string
 	// Database gives each strategy a fresh database: db for the strategy (a
 	// bounded pool, ideally a non-superuser role), admin for lock probes.
 	// done is called when the strategy's scenarios have run.
@@ -262,7 +262,7 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 	defer res.Close()
 	env := func(in *strategytest.Scenario) strategytest.Env {
 		return strategytest.Env{Meta: meta, Resources: res, Short: opts.Short || slices.Contains(opts.ShortScenarios, in.Name), Logf: opts.Logf, Admission: opts.Admission,
-			StopOnViolation: opts.stopOn[in.Name], CheckFirst: opts.checkFirst[in.Name]}
+			StopOnViolation: opts.stopOn[in.Name], Checks: opts.checks[in.Name]}
 	}
 	var lane sync.WaitGroup
 	for i, in := range scenarios {

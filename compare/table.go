@@ -147,13 +147,9 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 	for i, c := range all {
 		cr := &ControlReport{StrategyReport: &StrategyReport{Meta: c.Meta}, Case: c.Case, Breaks: c.Breaks, Race: c.Race}
 		stopOn := map[string][]strategy.Claims{}
-		checkFirst := map[string][]string{}
 		for _, e := range c.Expect {
 			cr.Expect = append(cr.Expect, Expectation{Scenario: e.Scenario, Claim: e.Claim, Check: e.Check})
 			stopOn[e.Scenario] = append(stopOn[e.Scenario], e.Claim)
-			if e.Check != "" {
-				checkFirst[e.Scenario] = append(checkFirst[e.Scenario], e.Check)
-			}
 		}
 		out[i] = cr
 		var scenarios []*strategytest.Scenario
@@ -166,7 +162,10 @@ func runControls(ctx context.Context, opts Options) []*ControlReport {
 			copts := opts
 			copts.Admission = c.Admission
 			copts.stopOn = stopOn
-			copts.checkFirst = checkFirst
+			copts.checks = map[string][]string{}
+			for _, sc := range c.Scenarios() {
+				copts.checks[sc] = c.Checks(sc)
+			}
 			cr.StrategyReport = runStrategy(ctx, copts, c.Meta, ordered(scenarios), sem)
 			cr.Judge()
 		}()

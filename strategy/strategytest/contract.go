@@ -47,7 +47,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		what  string
 		run   func(tester)
 		claim strategy.Claims // Base: the contract itself
-		name  string          // what Env.CheckFirst and a control's expectation call it
+		name  string          // what Env.Checks and a control's expectation call it
 	}
 	var behind conflictBehind
 	var jump redisJump
@@ -204,7 +204,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	// After every other: their calls have been through the pool.
 	parts = append(parts, part{"the strategy leaves the pool's connections as it found them: no session setting left by a SET without LOCAL",
 		func(r tester) { checkSessionsUntouched(r, t.env.DB) }, Base, "checkSessionsUntouched"})
-	parts, err := checksFirst(parts, t.env.CheckFirst, func(p part) string { return p.name })
+	parts, err := onlyChecks(parts, t.env.Checks, func(p part) string { return p.name })
 	if err != nil {
 		return err
 	}
@@ -267,38 +267,27 @@ func (r *recorder) Skip(args ...any) {
 	panic(recorderStop{})
 }
 
-// keepsItsPlace are the checks that must run where they are, whatever
-// Env.CheckFirst says: checkIdsPastInt4 moves the sequences every later
-// check would use, checkSessionsUntouched reads what all the others left.
-var keepsItsPlace = []string{"checkIdsPastInt4", "checkSessionsUntouched"}
-
-// checksFirst moves the parts named in first to the front, in the order
-// first names them (a name's parts keep theirs), and leaves the rest as
-// they were. A name that is no part's is an ErrUnknownCheck.
-func checksFirst[P any](parts []P, first []string, name func(P) string) ([]P, error) {
-	if len(first) == 0 {
+// onlyChecks returns the parts named in names, in that order (a name's
+// parts in theirs); none named, all of them. A name that is no part's is
+// an ErrUnknownCheck.
+func onlyChecks[P any](parts []P, names []string, name func(P) string) ([]P, error) {
+	if len(names) == 0 {
 		return parts, nil
 	}
-	out := make([]P, 0, len(parts))
-	moved := make([]bool, len(parts))
-	for _, n := range first {
+	var out []P
+	for i, n := range names {
+		if slices.Contains(names[:i], n) {
+			continue
+		}
 		found := false
-		for i, p := range parts {
+		for _, p := range parts {
 			if name(p) == n {
 				found = true
-				if !moved[i] && !slices.Contains(keepsItsPlace, n) {
-					moved[i] = true
-					out = append(out, p)
-				}
+				out = append(out, p)
 			}
 		}
 		if !found {
 			return nil, fmt.Errorf("%w: %q is no check of %s", ErrUnknownCheck, n, KindDeploymentContract)
-		}
-	}
-	for i, p := range parts {
-		if !moved[i] {
-			out = append(out, p)
 		}
 	}
 	return out, nil

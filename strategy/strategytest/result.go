@@ -45,7 +45,7 @@ type Fact struct {
 type Check struct {
 	Claim  strategy.Claims `json:"-"`
 	Claims string          `json:"claim"` // Claim's name, or "contract" for Base
-	// Name is the check's name where it has one (Env.CheckFirst): the
+	// Name is the check's name where it has one (Env.Checks): the
 	// deployment contract's checks.
 	Name   string `json:"name,omitempty"`
 	What   string `json:"what"`

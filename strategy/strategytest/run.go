@@ -67,13 +67,14 @@ type Env struct {
 	// it only spend the run's time (they were a third of go test
 	// ./compare's).
 	StopOnViolation []strategy.Claims
-	// CheckFirst names checks of the deployment contract to run before
-	// the others (Check.Name, the names docs/detection.md gives, e.g.
-	// "checkKeyOnItsWay"); the rest follow in their usual order. With
-	// StopOnViolation, a negative control made to fail one check runs
-	// that check, not every check before it. A name that is no check's
-	// ends the scenario with ErrUnknownCheck.
-	CheckFirst []string
+	// Checks, when set, are the only checks of the deployment contract
+	// that scenario runs, in this order (Check.Name, the names
+	// docs/detection.md gives, e.g. "checkKeyOnItsWay"); the checks every
+	// trial ends with still run. A negative control runs the check it is
+	// made to fail (and any that must run before it), not the sixty
+	// others. A name that is no check's ends the scenario with
+	// ErrUnknownCheck.
+	Checks []string
 
 	// lp is how a strategy with Meta.Setup is served (roles.go); nil: RunScenario prepares it.
 	lp *leastPriv

@@ -82,7 +82,7 @@ func (o Options) wants(name string) bool {
 // otherwise run nothing, or skip nothing, and pass.
 var ErrUnknownScenario = errors.New("strategytest: no scenario of that name")
 
-// ErrUnknownCheck is returned by RunScenario when Env.CheckFirst names a
+// ErrUnknownCheck is returned by RunScenario when Env.Checks names a
 // check the scenario does not have.
 var ErrUnknownCheck = errors.New("strategytest: no check of that name")
 

@@ -49,8 +49,12 @@ type Expectation struct {
 	Scenario string
 	Claim    strategy.Claims
 	// Check, when set, is the check of the deployment contract that must
-	// fail (strategytest.Check.Name); the scenario runs it first.
+	// fail (strategytest.Check.Name).
 	Check string
+	// Runs are the deployment contract's checks the scenario runs for the
+	// expectation, in order (strategytest.Env.Checks); nil is Check alone,
+	// or, without a Check, every check.
+	Runs []string
 }
 
 // Scenarios lists the scenarios the control's expectations name, each once,
@@ -67,13 +71,26 @@ func (c Control) Scenarios() []string {
 	return out
 }
 
-// CheckFirst lists the checks the control's expectations name in a
-// scenario, each once: what strategytest.Env.CheckFirst runs first.
-func (c Control) CheckFirst(scenario string) []string {
+// Checks lists the deployment contract's checks the control's
+// expectations run in a scenario, each once, in order
+// (strategytest.Env.Checks); nil, every check.
+func (c Control) Checks(scenario string) []string {
 	var out []string
 	for _, e := range c.Expect {
-		if e.Scenario == scenario && e.Check != "" && !slices.Contains(out, e.Check) {
-			out = append(out, e.Check)
+		runs := e.Runs
+		if runs == nil && e.Check != "" {
+			runs = []string{e.Check}
+		}
+		if e.Scenario != scenario {
+			continue
+		}
+		if runs == nil {
+			return nil // one expectation wants them all
+		}
+		for _, r := range runs {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
 		}
 	}
 	return out
@@ -402,10 +419,10 @@ var specs = []spec{
 		expect: inContract(contract, "checkDistinctText")},
 	{name: "ctl-expiry-session-async", cs: "C28-10", b: expirySessionAsync, claims: claimsOfA,
 		breaks: "the expiry job runs SET synchronous_commit = off without LOCAL (\"a job lost in a crash is run again\"): the pooled connection keeps it, and the Reserves that borrow it next are acknowledged before they are durable",
-		expect: inContract(contract, "checkSessionsUntouched")},
+		expect: inContractAfter(contract, "checkSessionsUntouched", "checkExpiryTiming")},
 	{name: "ctl-release-leaks-conn", cs: "new", b: releaseLeaksConn, claims: claimsOfA,
 		breaks: "Release takes a connection of the pool and gives it back after its statement, not in a defer: a Release whose statement fails (its caller gave up) keeps the connection for good, and a few faults later the pool is empty",
-		expect: expect("deployment-contract", contract)},
+		expect: inContractThrough(contract, "checkBlockedCallsFail")},
 	{name: "ctl-purge-ended", cs: "C28-04", b: purgeEnded, claims: claimsOfA,
 		breaks: "the expiry job deletes RELEASED and EXPIRED rows a week past their expires_at (\"nobody resends a key after a week; the table stays small\"): an old key is new again and takes a unit",
 		expect: inContract(contract, "checkYearsLater")},
@@ -475,8 +492,21 @@ func init() {
 }
 
 // inContract is a violation of claims the deployment contract's check
-// must find: the scenario runs that check first (strategytest.Env.CheckFirst),
-// so a control pays for the check it breaks, not for every check before it.
+// must find; the scenario runs that check alone (strategytest.Env.Checks),
+// so a control pays for the check it breaks, not for sixty others.
 func inContract(claims strategy.Claims, check string) []Expectation {
 	return []Expectation{{Scenario: strategytest.KindDeploymentContract, Claim: claims, Check: check}}
+}
+
+// inContractAfter is inContract for a check that reads what the checks
+// before it left (checkSessionsUntouched): those run first.
+func inContractAfter(claims strategy.Claims, check string, before ...string) []Expectation {
+	return []Expectation{{Scenario: strategytest.KindDeploymentContract, Claim: claims, Check: check, Runs: append(before, check)}}
+}
+
+// inContractThrough is a violation of claims that a check every trial
+// ends with must find (it has no name), once the deployment contract's
+// checks named in runs have driven the strategy down the broken path.
+func inContractThrough(claims strategy.Claims, runs ...string) []Expectation {
+	return []Expectation{{Scenario: strategytest.KindDeploymentContract, Claim: claims, Runs: runs}}
 }

@@ -138,7 +138,7 @@ func TestDetectionRates(t *testing.T) {
 				var results []*strategytest.Result
 				for _, name := range c.Scenarios() {
 					in := strategytest.MustScenario(name)
-					env := strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Resources: res, Short: name == "storm", Admission: c.Admission, CheckFirst: c.CheckFirst(name)}
+					env := strategytest.Env{Meta: c.Meta, DB: db, Admin: admin, Resources: res, Short: name == "storm", Admission: c.Admission, Checks: c.Checks(name)}
 					if in.ExclusiveServer {
 						if own == nil {
 							own = ownServer(t)
@@ -187,8 +187,8 @@ func TestDetectionRates(t *testing.T) {
 	fmt.Fprintf(&b, "`go test ./compare` runs them, but every trial to its end (`go test ./compare` ends a control's\n")
 	fmt.Fprintf(&b, "scenario at its first trial, or deployment-contract part, with the expected violation: the\n")
 	fmt.Fprintf(&b, "chance of a miss is the same). In deployment-contract a control names the check that must\n")
-	fmt.Fprintf(&b, "catch it (table 28-1 prints it beside the claim), the scenario runs that check first, and only\n")
-	fmt.Fprintf(&b, "that check failing counts. A *trial* is one repetition of a scenario on a fresh deployment;\n")
+	fmt.Fprintf(&b, "catch it (table 28-1 prints it beside the claim), the scenario runs that check alone (with any\n")
+	fmt.Fprintf(&b, "it reads the work of), and only that check failing counts. A *trial* is one repetition of a scenario on a fresh deployment;\n")
 	fmt.Fprintf(&b, "*caught* counts trials in which a check of the expected claim (the named one, where a check is\n")
 	fmt.Fprintf(&b, "named) failed (the most of any one check, so a lower bound).\n\n")
 	fmt.Fprintf(&b, "A *deterministic* mistake shows in every trial by construction (the scenario drives the exact\n")

@@ -31,7 +31,7 @@ func TestOne(t *testing.T) {
 		}
 		found = true
 		in := strategytest.MustScenario(sc)
-		env := strategytest.Env{Meta: c.Meta, Resources: resourcetest.New(t, c.Meta), Logf: t.Logf, CheckFirst: c.CheckFirst(sc)}
+		env := strategytest.Env{Meta: c.Meta, Resources: resourcetest.New(t, c.Meta), Logf: t.Logf}
 		if in.ExclusiveServer {
 			own := ownServer(t)
 			env.DB, env.Admin = ownDatabase(t, own)
