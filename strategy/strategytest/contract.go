@@ -173,8 +173,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkOneUserManySKUs(r, t.env.Meta, t.env.DB, rs) }, Base, "checkOneUserManySKUs"},
 		// The costly checks (a wait for the clock, a lock held for seconds,
 		// hundreds or thousands of requests) come after the others: a
-		// negative control's scenario ends at its first violation, so a
-		// mistake an earlier check catches never pays for them.
+		// scenario told to stop at its first violation (StopOnViolation)
+		// without Env.Checks does not pay for them when a cheap check
+		// has already failed.
 		{"a request that waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
 			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts"},
 		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
