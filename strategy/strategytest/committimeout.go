@@ -374,9 +374,17 @@ func (t *trial) loadOver(ctx context.Context, stock []StockInput, n int, prefix 
 // (strategy.SessionOpener), reserves the session SKU's unit in one on node
 // 0 and commits it with a client deadline of d, while COMMITs wait for the
 // absent standby: its Commit fails with the deadline although the
-// transaction commits once the standby is back. The op is recorded like
+// transaction commits once the standby is back. The deadline starts at the
+// Commit: with open and Reserve under it too, a loaded machine (CI, beside
+// the race suite) spent it before the COMMIT was sent, the attempt rolled
+// back, and a strategy that takes a failed COMMIT for a rollback
+// (ctl-give-up-is-rollback) passed. The op is recorded like
 // any reserve (unknown when Reserve or Commit failed) and sent on the
 // channel; the channel is closed without one when there is no session.
+// sessionSetupWithin bounds the session's open and Reserve in
+// commitSessionWhileWaiting.
+const sessionSetupWithin = 30 * time.Second
+
 func (t *trial) commitSessionWhileWaiting(ctx context.Context, sku string, d time.Duration) chan Op {
 	done := make(chan Op, 1)
 	opener, ok := t.node(0).(strategy.SessionOpener)
@@ -386,7 +394,9 @@ func (t *trial) commitSessionWhileWaiting(ctx context.Context, sku string, d tim
 	}
 	go func() {
 		defer close(done)
-		rctx, cancel := context.WithTimeout(ctx, d)
+		// Open and Reserve write nothing that waits for the standby; their
+		// bound is a hang's, not the test's.
+		rctx, cancel := context.WithTimeout(ctx, sessionSetupWithin)
 		defer cancel()
 		req := strategy.Request{Key: t.key("session-0000"), User: t.user("user-session-0000"), SKU: sku, TTL: strategy.TTLForever}
 		op := Op{Process: "session", Node: 0, Req: req, Invoke: t.hist.Begin()}
@@ -397,7 +407,9 @@ func (t *trial) commitSessionWhileWaiting(ctx context.Context, sku string, d tim
 		}
 		res, err := sess.Reserve(rctx, req)
 		if err == nil {
-			err = sess.Commit(rctx)
+			cctx, cancel := context.WithTimeout(rctx, d)
+			err = sess.Commit(cctx)
+			cancel()
 		} else {
 			_ = sess.Rollback(context.WithoutCancel(ctx))
 		}
