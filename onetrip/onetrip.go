@@ -70,6 +70,12 @@ type Options struct {
 	// when it passes, answers false ("the payment came too late to wait
 	// for"): a payment is refused for a hold that nobody moved.
 	ConfirmDeadline bool
+	// WhyNotCountsEnded is a deliberate mistake, for the negative control
+	// ctl-why-not-counts-ended: the reading that explains a refused
+	// insert counts the user's reservations of the SKU whatever their
+	// status, so a user whose hold was released or expired, asking again
+	// once the SKU is sold out, is answered USER_LIMIT, not SOLD_OUT.
+	WhyNotCountsEnded bool
 }
 
 func (o Options) maxRetries() int {
@@ -148,7 +154,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -185,6 +191,7 @@ type Deployment struct {
 	expiryHealsCount     bool // Options.ExpiryHealsCount
 	confirmGivesUp       bool // Options.ConfirmGivesUp
 	confirmDeadline      bool // Options.ConfirmDeadline
+	whyNotCountsEnded    bool // Options.WhyNotCountsEnded
 
 	retries atomic.Int64
 }

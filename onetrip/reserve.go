@@ -75,6 +75,17 @@ SELECT k.user_id, k.sku, k.status, k.expires_at,
 FROM (SELECT 1) AS one
 LEFT JOIN onetrip_reservation k ON k.request_key = $1`
 
+	// sqlWhyNotCountsEnded is sqlWhyNot with Options.WhyNotCountsEnded's
+	// mistake: the user's reservations of the SKU count whatever their
+	// status.
+	sqlWhyNotCountsEnded = `
+SELECT k.user_id, k.sku, k.status, k.expires_at,
+       EXISTS (SELECT 1 FROM onetrip_reservation a
+               WHERE a.sku = $2 AND a.user_id = $3),
+       EXISTS (SELECT 1 FROM onetrip_stock s WHERE s.sku = $2 AND s.available > 0)
+FROM (SELECT 1) AS one
+LEFT JOIN onetrip_reservation k ON k.request_key = $1`
+
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM onetrip_reservation WHERE request_key = $1`
 )
 
@@ -136,13 +147,17 @@ type whyNot struct {
 	ownerSet bool
 }
 
-func readWhyNot(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
+func (d *Deployment) readWhyNot(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
 	var (
 		w                 whyNot
 		user, sku, status *string
 		expires           *time.Time
 	)
-	if err := q.QueryRow(ctx, sqlWhyNot, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &w.holds, &w.hasUnit); err != nil {
+	sql := sqlWhyNot
+	if d.whyNotCountsEnded {
+		sql = sqlWhyNotCountsEnded
+	}
+	if err := q.QueryRow(ctx, sql, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &w.holds, &w.hasUnit); err != nil {
 		return w, fmt.Errorf("look up why not held: %w", err)
 	}
 	if user != nil {
@@ -198,7 +213,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.Result, error) {
 	soldOut := n.soldOut[req.SKU]
 	if soldOut.Load() {
-		w, err := readWhyNot(ctx, n.d.db, req)
+		w, err := n.d.readWhyNot(ctx, n.d.db, req)
 		if err != nil {
 			return strategy.Result{}, err
 		}
@@ -219,7 +234,7 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 	case !errors.Is(err, errConflict):
 		return strategy.Result{}, err
 	}
-	w, werr := readWhyNot(ctx, n.d.db, req)
+	w, werr := n.d.readWhyNot(ctx, n.d.db, req)
 	if werr != nil {
 		return strategy.Result{}, werr
 	}

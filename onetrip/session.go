@@ -72,7 +72,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if s.d.whyNotOutsideSession {
 			q = s.d.db
 		}
-		w, werr := readWhyNot(ctx, q, req)
+		w, werr := s.d.readWhyNot(ctx, q, req)
 		if werr != nil {
 			return strategy.Result{}, werr
 		}

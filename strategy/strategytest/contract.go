@@ -71,6 +71,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base, "checkUnitsPerSKU"},
 		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED (also from a user who holds the SKU under another key), and USER_LIMIT only for the SKU its user holds; a unit released through another node is HELD on it when no phantom sold-out is claimed",
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersWhenSoldOut"},
+		{"a user whose reservation of a SKU of one unit was released, or expired by the job, asking again after another user took the unit is answered SOLD_OUT, not USER_LIMIT",
+			func(r tester) { checkEndedHolderWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkEndedHolderWhenSoldOut"},
 		{"a crowd of requests for one SKU sent at once to one node (every answer a SKU with units gives, shuffled) gets each its own answer while the server joins by sorting, so rows come back in another order than requests went in",
 			func(r tester) { checkAnswersInAnyPlanOrder(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersInAnyPlanOrder"},
 		{"a transition moves only the reservation of its key: confirming or releasing one of a user's reservations leaves the user's others, and other users', as they were",
