@@ -282,6 +282,13 @@ type Options struct {
 	// it, in two atomic steps instead of one compare-and-swap, so two
 	// requests can both take the last unit.
 	CheckThenTake bool
+	// SessionFailKeepsDoubt is a deliberate mistake, for the negative
+	// controls of table 28-1 only: an insert that fails inside an attempt
+	// held open is treated as a plain one's, so a failure whose fate a
+	// plain request could not know (its caller gave up) keeps the unit in
+	// doubt, though a failed statement in a transaction never commits: the
+	// unit is lost until a restart.
+	SessionFailKeepsDoubt bool
 }
 
 func (o Options) validate() error {

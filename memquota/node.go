@@ -238,7 +238,7 @@ func (n *node) logSale(ctx context.Context, a *pass, c *counter, req strategy.Re
 		}
 		return answer(req, r, strategy.OutcomeUserLimit), nil
 	case err != nil:
-		if held || wroteNothing(err) {
+		if (held && !n.d.opts.SessionFailKeepsDoubt) || wroteNothing(err) {
 			c.put()
 		} else {
 			a.inDoubt = true

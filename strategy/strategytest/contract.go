@@ -73,6 +73,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersWhenSoldOut"},
 		{"a user whose reservation of a SKU of one unit was released, or expired by the job, asking again after another user took the unit is answered SOLD_OUT, not USER_LIMIT",
 			func(r tester) { checkEndedHolderWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkEndedHolderWhenSoldOut"},
+		{"an attempt held open that reserved a unit of a SKU of 2, then a second whose caller gave up while its write waited, and rolled back, leaves both units to sell",
+			func(r tester) { checkSessionInsertGivenUp(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkSessionInsertGivenUp"},
 		{"a crowd of requests for one SKU sent at once to one node (every answer a SKU with units gives, shuffled) gets each its own answer while the server joins by sorting, so rows come back in another order than requests went in",
 			func(r tester) { checkAnswersInAnyPlanOrder(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersInAnyPlanOrder"},
 		{"a transition moves only the reservation of its key: confirming or releasing one of a user's reservations leaves the user's others, and other users', as they were",
