@@ -8,7 +8,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest/internal/pgcontrol"
 )
+
+// sqlBackendBusy counts the backend $1 if it is still there and not idle.
+const sqlBackendBusy = `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle'`
 
 // checkSessionInsertGivenUp: an attempt held open reserves one unit of a
 // SKU of 2, then a second whose caller gives up while its write waits (the
@@ -73,8 +77,15 @@ func checkSessionInsertGivenUp(t tester, meta strategy.Meta, db, admin *pgxpool.
 	gaveUp := <-done
 	hold.release()
 	// The give-up closed the attempt's connection (pgx's answer to a
-	// cancelled statement): its Rollback may fail; the server rolled it back.
+	// cancelled statement): its Rollback may fail, and the server rolls the
+	// attempt back when its backend notices, which may be after the write
+	// it held went in. Until then the attempt's rows stay locked, and a
+	// strategy that skips locked rows rightly finds no unit (slotrows did,
+	// in a CI run): the requests go once that backend is gone or idle.
 	_ = session.Rollback(ctx)
+	if err := pgcontrol.WaitNone(ctx, admin, "backends of the attempt whose caller gave up, still in a transaction", sqlBackendBusy, pid); err != nil {
+		t.Fatalf("%v", err)
+	}
 	for _, r := range []strategy.Request{req("3"), req("4")} {
 		if res, err := reserveUntilAnswered(ctx, node, r); err != nil || res.Outcome != strategy.OutcomeHeld {
 			t.Errorf("an attempt held open reserved a unit of a SKU of 2, then a second whose caller gave up while its write waited (%s, %v), and rolled back; a new user's request then: %s, %v; want HELD (nothing was committed: both units sell again)",
