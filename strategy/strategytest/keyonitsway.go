@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,17 +71,8 @@ func keyOnItsWay(ctx context.Context, t tester, dep strategy.Deployment, admin *
 		{Key: key, User: "kit-key-on-its-way-first-" + second, SKU: skuA, TTL: time.Hour},
 		{Key: key, User: "kit-key-on-its-way-second-" + second, SKU: second, TTL: time.Hour},
 	}
-	hold, err := holdWritesNaming(ctx, admin, key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no write to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer func() {
-		if err := hold.remove(); err != nil {
-			t.Errorf("%v", err)
-		}
-	}()
+	hold := holdWritesOrSkip(ctx, t, admin, key)
+	defer hold.removeOrReport(t)
 
 	var box panicBox
 	defer box.rethrow()

@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -73,17 +72,8 @@ func checkMovesBesideInsert(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	}
 
 	req := request("on-its-way")
-	hold, err := holdWritesNaming(ctx, admin, req.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no write to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer func() {
-		if err := hold.remove(); err != nil {
-			t.Errorf("%v", err)
-		}
-	}()
+	hold := holdWritesOrSkip(ctx, t, admin, req.Key)
+	defer hold.removeOrReport(t)
 
 	var box panicBox
 	defer box.rethrow()

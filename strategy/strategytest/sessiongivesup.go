@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,17 +39,8 @@ func checkSessionInsertGivenUp(t tester, meta strategy.Meta, db, admin *pgxpool.
 	second := req("2")
 	// The trigger goes on before the attempt opens: installing it waits
 	// for every transaction that wrote to the table.
-	hold, err := holdWritesNaming(ctx, admin, second.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no write to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer func() {
-		if err := hold.remove(); err != nil {
-			t.Errorf("%v", err)
-		}
-	}()
+	hold := holdWritesOrSkip(ctx, t, admin, second.Key)
+	defer hold.removeOrReport(t)
 	session, err := opener.OpenSession(ctx)
 	if err != nil {
 		t.Fatalf("OpenSession: %v", err)

@@ -81,6 +81,20 @@ func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*wr
 	return h, nil
 }
 
+// holdWritesOrSkip is holdWritesNaming for a check: a strategy without
+// tables skips it, any other error fails it. The caller defers
+// removeOrReport.
+func holdWritesOrSkip(ctx context.Context, t tester, admin *pgxpool.Pool, key string) *writeHold {
+	t.Helper()
+	hold, err := holdWritesNaming(ctx, admin, key)
+	if errors.Is(err, errNoTables) {
+		t.Skip("the strategy keeps no tables in PostgreSQL: no write to hold")
+	} else if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return hold
+}
+
 // installNamingTrigger puts the trigger on every table, with args after
 // the key: "hold", the advisory lock's two keys; or "fail", an SQLSTATE.
 func installNamingTrigger(ctx context.Context, admin *pgxpool.Pool, key string, args ...string) (*namingTrigger, error) {
@@ -229,6 +243,20 @@ func (h *writeHold) remove() error {
 	return h.namingTrigger.remove()
 }
 
+// removeOrReport is remove for a defer: an error fails the check.
+func (h *writeHold) removeOrReport(t tester) {
+	if err := h.remove(); err != nil {
+		t.Errorf("%v", err)
+	}
+}
+
+// removeOrReport is remove for a defer: an error fails the check.
+func (h *namingTrigger) removeOrReport(t tester) {
+	if err := h.remove(); err != nil {
+		t.Errorf("%v", err)
+	}
+}
+
 // remove drops the triggers.
 func (h *namingTrigger) remove() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -270,6 +298,18 @@ func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string
 		return nil, fmt.Errorf("fail writes naming %q: %w", key, err)
 	}
 	return tr, nil
+}
+
+// skipWritesOrSkip is skipWritesNaming for a check, as holdWritesOrSkip.
+func skipWritesOrSkip(ctx context.Context, t tester, admin *pgxpool.Pool, key string) *namingTrigger {
+	t.Helper()
+	tr, err := skipWritesNaming(ctx, admin, key)
+	if errors.Is(err, errNoTables) {
+		t.Skip("the strategy keeps no tables in PostgreSQL: no write to skip")
+	} else if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return tr
 }
 
 // skipWritesNaming makes every write that names key, and whose row did not

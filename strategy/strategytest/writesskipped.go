@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,17 +33,8 @@ func checkWritesSkipped(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 	}
 	defer dep.Close()
 	req := strategy.Request{Key: "kit-writes-skipped-" + sku, User: "kit-writes-skipped", SKU: sku, TTL: time.Hour}
-	skip, err := skipWritesNaming(ctx, admin, req.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no write to skip")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer func() {
-		if err := skip.remove(); err != nil {
-			t.Errorf("%v", err)
-		}
-	}()
+	skip := skipWritesOrSkip(ctx, t, admin, req.Key)
+	defer skip.removeOrReport(t)
 	var box panicBox
 	reqCtx, reqCancel := context.WithTimeout(ctx, writesFailFor)
 	a := <-reserveAsync(reqCtx, &box, dep.Node(0), req)
