@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -213,8 +214,15 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range parts {
+	for i, p := range parts {
+		began := time.Now()
 		r := runRecorded(p.run)
+		// Where a cell's time goes (compare/last-run.json): most of it is
+		// waits the checks impose (lock holds, timeouts), not work. A
+		// check's later parts only judge what its first part did.
+		if i == 0 || parts[i-1].name != p.name {
+			t.vary("ms in "+p.name, int(time.Since(began).Milliseconds()))
+		}
 		if r.skipped != "" {
 			t.fact("not applicable", "%s", r.skipped)
 			continue
