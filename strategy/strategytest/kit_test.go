@@ -282,9 +282,12 @@ var (
 
 // fakeSkips are the scenarios that say nothing about the fakes: they keep
 // their state in memory, per pool, so crashing or failing over the database
-// server changes nothing for them, and a deployment attached through
-// another pool (partition, the failovers) finds no stock.
-var fakeSkips = []string{"server-crash", "commit-timeout", "failover-async", "failover-sync", "partition"}
+// server changes nothing for them, a deployment attached through another
+// pool (partition, the failovers) finds no stock, and neither does one in a
+// helper process (kill-*, process-*: the fakes are not registered, which
+// would fail those scenarios with a setup error, TestUnfindableIsAnError).
+var fakeSkips = []string{"server-crash", "commit-timeout", "failover-async", "failover-sync", "partition",
+	"kill-release", "kill-reserve", "process-restart", "process-release"}
 
 // TestKitPassesCorrectFake: the fake passes every scenario that can say
 // something about it.
@@ -330,4 +333,16 @@ func TestScenarioInputsAreValid(t *testing.T) {
 	ins, err := strategytest.Scenarios()
 	require.NoError(t, err)
 	require.NotEmpty(t, ins)
+}
+
+// TestUnfindableIsAnError: a scenario that runs the strategy in helper
+// processes fails with ErrSetup, naming the fix, for a strategy they
+// cannot find by name; it is not n/a, where a conformance run would pass
+// without it.
+func TestUnfindableIsAnError(t *testing.T) {
+	db, admin := pgtest.Pools(t)
+	_, err := strategytest.Verify(context.Background(), fakeMeta("fake-unregistered", false), db, admin,
+		strategytest.Options{Short: true, Only: []string{"process-restart"}})
+	require.ErrorIs(t, err, strategytest.ErrSetup)
+	require.ErrorContains(t, err, "RegisterForHelpers")
 }

@@ -168,6 +168,11 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 			r.Elapsed = time.Since(start)
 			return r, nil
 		}
+		if err := req.errUnfindable(&env); err != nil {
+			_ = dep.Close()
+			t.runCleanups()
+			return nil, fmt.Errorf("%s: %w", in.Name, err)
+		}
 		err = runner(ctx, t)
 		if err == nil {
 			err = t.checkDurable(ctx)
@@ -308,10 +313,19 @@ func (r requirement) unmet(env *Env, caps strategy.Capabilities) string {
 			why = append(why, fmt.Sprintf("its %s is not one the harness started, so it cannot be killed", r.resource))
 		}
 	}
-	if r.helper && !helperCanFind(env.Meta.Name) {
-		why = append(why, "a helper process cannot find the strategy by name (register it with strategy.Register, or strategytest.RegisterForHelpers from the test binary's init)")
-	}
 	return strings.Join(why, "; ")
+}
+
+// errUnfindable is the setup error of a scenario that runs the strategy in
+// helper processes when they cannot find it: a strategy the run can serve
+// that was not made findable is a mistake of the test binary, not a
+// design's boundary, so it fails the cell (ERROR) rather than leaving it
+// n/a, where a conformance run would pass without the scenario.
+func (r requirement) errUnfindable(env *Env) error {
+	if !r.helper || helperCanFind(env.Meta.Name) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: a helper process cannot find the strategy by name: register it with strategy.Register, or call strategytest.RegisterForHelpers(meta) from an init of the test binary (docs/adding-a-strategy.md)", ErrSetup, env.Meta.Name)
 }
 
 // trial is one repetition of a scenario on its own deployment, with its own
