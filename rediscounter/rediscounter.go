@@ -179,6 +179,12 @@ const (
 	// user's mark on the SKU stays, and the user is answered USER_LIMIT for
 	// a SKU it holds nothing of.
 	GiveBackOwnersMarks
+	// ReleaseCountsOwed: a Release that finds its row moved before and
+	// gives back the unit still owed answers the units it gave back ("the
+	// caller wants to know a unit came back"): a release whose give-back
+	// failed moved the row, and the one sent again then says 1 although
+	// it moved nothing.
+	ReleaseCountsOwed
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -160,8 +160,12 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
 		}
-		if _, err := n.d.giveBack(ctx, owed); err != nil {
+		back, err := n.d.giveBack(ctx, owed)
+		if err != nil {
 			return 0, fmt.Errorf("%s: release %q: the unit still owed did not come back: %w", Name, key, err)
+		}
+		if n.d.mistake == ReleaseCountsOwed {
+			return back, nil
 		}
 	}
 	if n.d.mistake == ReleaseRecounts && n.d.keep == KeepRecover {

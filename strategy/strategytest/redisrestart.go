@@ -20,12 +20,18 @@ import (
 //	                  what its persistence settings keep
 //	while stopped     Redis shut down: every answer must be a definite
 //	                  refusal (BUSY) or an unknown outcome the durable state
-//	                  resolves; nothing may be sold twice
+//	                  resolves; nothing may be sold twice; two releases
+//	                  sent, and sent again once it is back
+//	                  (releaseAcrossStop)
 //	after restart     started again on its files
 //	after empty       SIGKILLed and restarted with no data (a replacement
 //	                  instance): then_requests more, enough to sell out
 //	in flight         kill_in_flight: on a SKU of its own, SIGKILLed while
-//	                  requests are in flight (killInFlight)
+//	                  requests are in flight (killInFlight); then a pause
+//	                  (stallInFlight), a release beside the expiry job's
+//	                  give-back (releaseWhileJobGivesBack) and a release
+//	                  whose Redis commands are dropped
+//	                  (releaseCommandsDropped), each on a SKU of its own
 //
 // The audit after each batch is charged to NoOversell and Conserves before
 // the first fault, to SurvivesRestart after it: a design that keeps its
@@ -118,11 +124,24 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	if _, _, err := send("after SIGKILL, restarted on its files", in.Requests, nil); err != nil {
 		return err
 	}
+	// Two reservations of the batch before (returnAfterWipe takes its
+	// first four) are released while Redis is stopped, and again once it
+	// is back, before the audit.
+	var released releaseAcrossStop
+	if in.Requests > 5 {
+		if err := released.pick(ctx, t, []string{t.key("req-b2-004"), t.key("req-b2-005")}); err != nil {
+			return err
+		}
+	}
 	if err := fault("stop", func() error { return srv.Stop(ctx) }); err != nil {
 		return err
 	}
+	released.whileStopped(ctx, t)
 	down, unknown, err := send("while Redis is stopped (audited once it is back)", in.Requests, func() error {
-		return fault("restart after stop", func() error { return srv.Restart(ctx) })
+		if err := fault("restart after stop", func() error { return srv.Restart(ctx) }); err != nil {
+			return err
+		}
+		return released.onceBack(ctx, t)
 	})
 	if err != nil {
 		return err
@@ -161,6 +180,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 			return err
 		}
 		if err := t.releaseWhileJobGivesBack(ctx); err != nil {
+			return err
+		}
+		if err := t.releaseCommandsDropped(ctx); err != nil {
 			return err
 		}
 	}

@@ -31,9 +31,13 @@ type Proxy struct {
 	held   chan struct{} // closed when the marked chunk is held
 	let    chan struct{} // closed to let it go, by letGo
 	letGo  func()
-	closed bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	// drop: every chunk that contains it is not forwarded, and its
+	// connection closes, until the Drop is stopped.
+	drop    []byte
+	dropped chan struct{}
+	closed  bool
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 // Start proxies to the server at redisURL ("redis://[:password@]host:port/db"
@@ -83,6 +87,40 @@ func (p *Proxy) Hold(marker string) (held <-chan struct{}, let func()) {
 	p.marker, p.held, p.let = []byte(marker), h, l
 	p.letGo = func() { once.Do(func() { close(l) }) }
 	return h, p.letGo
+}
+
+// Drop arms the proxy until stop is called: every chunk a client sends
+// that contains marker is not forwarded, and its connection is closed, so
+// the client sees its command fail and the server never runs it (a client
+// that retries on a new connection meets the same). dropped is closed
+// once a chunk has been dropped.
+func (p *Proxy) Drop(marker string) (dropped <-chan struct{}, stop func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := make(chan struct{})
+	p.drop, p.dropped = []byte(marker), d
+	return d, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.dropped == d {
+			p.drop = nil
+		}
+	}
+}
+
+// dropping reports whether chunk is to be dropped, and says it was.
+func (p *Proxy) dropping(chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drop == nil || !bytes.Contains(chunk, p.drop) {
+		return false
+	}
+	select {
+	case <-p.dropped:
+	default:
+		close(p.dropped)
+	}
+	return true
 }
 
 // Close stops the proxy: its listener and every connection close, a held
@@ -141,7 +179,8 @@ func (p *Proxy) take(chunk []byte) (held, let chan struct{}) {
 	return p.held, p.let
 }
 
-// up forwards what the client sends, holding the marked chunk.
+// up forwards what the client sends, holding the marked chunk, or
+// dropping it with its connection.
 func (p *Proxy) up(c, s net.Conn) {
 	defer p.wg.Done()
 	defer s.Close()
@@ -149,6 +188,10 @@ func (p *Proxy) up(c, s net.Conn) {
 	for {
 		n, err := c.Read(buf)
 		if err != nil {
+			return
+		}
+		if p.dropping(buf[:n]) {
+			_ = c.Close()
 			return
 		}
 		if held, let := p.take(buf[:n]); held != nil {

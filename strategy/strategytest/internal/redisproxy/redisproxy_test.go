@@ -52,3 +52,54 @@ func TestHeldCommandRunsAfterALaterOne(t *testing.T) {
 		t.Fatalf("order %v, want [second marker-1]", got)
 	}
 }
+
+// TestDroppedCommandNeverRuns: while a Drop is armed, a command that names
+// the marker fails, its client's retries on new connections too, and the
+// server never runs it; other commands pass; once stopped, it runs.
+func TestDroppedCommandNeverRuns(t *testing.T) {
+	srv := redistest.New(t)
+	p, err := redisproxy.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	opt, err := redis.ParseURL(p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.MaxRetries = 3
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	direct, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rdb.Del(ctx, "dropped", "passed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dropped, stop := p.Drop("marker-2")
+	if err := rdb.Set(ctx, "dropped", "marker-2", 0).Err(); err == nil {
+		t.Fatal("SET naming the marker succeeded through an armed Drop; want an error")
+	}
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("dropped is not closed after a command naming the marker failed")
+	}
+	if err := rdb.Set(ctx, "passed", "other", 0).Err(); err != nil {
+		t.Fatalf("SET not naming the marker: %v", err)
+	}
+	if n, err := direct.Exists(ctx, "dropped").Result(); err != nil || n != 0 {
+		t.Fatalf("the dropped SET ran on the server (EXISTS %d, %v)", n, err)
+	}
+	stop()
+	if err := rdb.Set(ctx, "dropped", "marker-2", 0).Err(); err != nil {
+		t.Fatalf("SET naming the marker once the Drop stopped: %v", err)
+	}
+	if v, err := direct.Get(ctx, "dropped").Result(); err != nil || v != "marker-2" {
+		t.Fatalf("after the Drop stopped: GET %q, %v", v, err)
+	}
+}

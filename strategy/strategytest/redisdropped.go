@@ -1,0 +1,118 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/reservebench/reservebench/strategy"
+	"github.com/reservebench/reservebench/strategy/strategytest/internal/redisproxy"
+)
+
+// releaseCommandsDropped (redis-restart): on a SKU of its own with one unit,
+// a deployment that reaches its Redis through a proxy holds a reservation,
+// and the proxy drops every Redis command that names its key (the command
+// never runs, its connection closes, a retry meets the same) while the
+// holder releases it. Redis keeps everything it had, unlike a stop that
+// loses what its persistence does not keep: a design that moved the row
+// in PostgreSQL and then failed to give the unit back still owes it, and
+// its key is still marked. The release's answer is unknown (an error) or
+// its true one; the client sends it again once Redis is reachable, until
+// it answers: the resend gives the owed unit back but moved nothing, so it
+// says 0 (a design that reports the units it gave back says 1, and the
+// audit balances all the same). Then the unit is available once: the audit
+// balances, and of two new users one gets it. A strategy that sends Redis
+// nothing naming the key while releasing is not applicable.
+func (t *trial) releaseCommandsDropped(ctx context.Context) error {
+	addr, usesRedis := t.cfg.Resources[strategy.Redis]
+	if !usesRedis {
+		return nil
+	}
+	const what = "release while Redis drops its commands"
+	proxy, err := redisproxy.Start(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer proxy.Close()
+	rs := maps.Clone(t.cfg.Resources)
+	rs[strategy.Redis] = proxy.URL()
+	sku := t.sku(t.in.Stock[0].SKU + "-dropped")
+	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: rs})
+	if err != nil {
+		return fmt.Errorf("%s: open the deployment of %s: %w", what, t.plain(sku), err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	releaser, canRelease := node.(strategy.Releaser)
+	if !canRelease {
+		t.fact(what, "not applicable: needs Release")
+		return nil
+	}
+	key := t.key("req-dropped-0")
+	res, err := node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-dropped-0"), SKU: sku, TTL: strategy.TTLForever})
+	if err != nil || res.Outcome != strategy.OutcomeHeld {
+		return fmt.Errorf("%s: the reservation to release: %s, %v", what, res.Outcome, err)
+	}
+	dropped, stop := proxy.Drop(key)
+	units, relErr := releaser.Release(ctx, key)
+	stop()
+	select {
+	case <-dropped:
+	default:
+		t.fact(what, "not applicable: the release sent Redis nothing that names the key (%d unit(s), %v)", units, relErr)
+		return nil
+	}
+	first, err := node.Lookup(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%s: lookup after the release: %w", what, err)
+	}
+	moved := first.Status == strategy.StatusReleased
+	answer := fmt.Sprintf("%d unit(s)", units)
+	var wrong string
+	switch {
+	case relErr == nil && ((units == 1) != moved || units > 1):
+		wrong = fmt.Sprintf("the release answered %d unit(s), and the row is %s", units, first.Status)
+	case relErr != nil:
+		var again int
+		var aerr error
+		for try := 0; try < resendTries; try++ {
+			if again, aerr = releaser.Release(ctx, key); aerr == nil {
+				break
+			}
+		}
+		after, err := node.Lookup(ctx, key)
+		if err != nil {
+			return fmt.Errorf("%s: lookup after the resend: %w", what, err)
+		}
+		answer = fmt.Sprintf("an error (the row %s), then %d unit(s) sent again", first.Status, again)
+		switch {
+		case aerr != nil:
+			wrong = fmt.Sprintf("sent again %d times once Redis was reachable, still failing: %v", resendTries, aerr)
+		case after.Status != strategy.StatusReleased:
+			wrong = fmt.Sprintf("sent again it answered %d unit(s), and the row is %s", again, after.Status)
+		case moved && again != 0:
+			wrong = fmt.Sprintf("sent again it answered %d unit(s), but the release whose Redis commands were dropped had moved the row", again)
+		case !moved && again != 1:
+			wrong = fmt.Sprintf("sent again it moved the row and answered %d unit(s)", again)
+		}
+	}
+	t.fact(what, "every Redis command naming the key dropped while its holder released it: %s", answer)
+	t.check(Base, "a release whose Redis commands are dropped (Redis keeps its data) ends unknown or with its true answer, and sent again once Redis is reachable it moves the row and reports nothing moved when the first had moved it", wrong == "",
+		fmt.Sprintf("%s: %s (the first: %d, %v)", t.plain(key), wrong, units, relErr), key)
+	a, err := soleAudit(ctx, dep, what)
+	if err != nil {
+		return err
+	}
+	t.check(strategy.Conserves, "a release whose Redis commands were dropped, sent again, leaves the unit available once (total - available == active)", a.Drift() == 0,
+		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d", t.plain(sku), a.Total, a.Available, a.Active, a.Drift()), key)
+	held := 0
+	for i := 1; i <= 2; i++ {
+		r, err := node.Reserve(ctx, strategy.Request{Key: t.key(fmt.Sprintf("req-dropped-%d", i)), User: t.user(fmt.Sprintf("user-dropped-%d", i)), SKU: sku, TTL: strategy.TTLForever})
+		if err == nil && r.Outcome == strategy.OutcomeHeld {
+			held++
+		}
+	}
+	t.check(strategy.NoOversell, "then two new users get the SKU's one unit between them, not one each", held <= 1,
+		fmt.Sprintf("%s: %d of 2 HELD for 1 unit", t.plain(sku), held), key)
+	return nil
+}
