@@ -3,10 +3,8 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/reservebench/reservebench/strategy"
-	"github.com/reservebench/reservebench/strategy/strategytest/internal/redisproxy"
 )
 
 // releaseCommandsDropped (redis-restart): on a SKU of its own with one unit,
@@ -24,23 +22,15 @@ import (
 // balances, and of two new users one gets it. A strategy that sends Redis
 // nothing naming the key while releasing is not applicable.
 func (t *trial) releaseCommandsDropped(ctx context.Context) error {
-	addr, usesRedis := t.cfg.Resources[strategy.Redis]
-	if !usesRedis {
+	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
 		return nil
 	}
 	const what = "release while Redis drops its commands"
-	proxy, err := redisproxy.Start(addr)
+	dep, proxy, sku, err := t.proxiedOneUnit(ctx, what, "-dropped")
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return err
 	}
 	defer proxy.Close()
-	rs := maps.Clone(t.cfg.Resources)
-	rs[strategy.Redis] = proxy.URL()
-	sku := t.sku(t.in.Stock[0].SKU + "-dropped")
-	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: rs})
-	if err != nil {
-		return fmt.Errorf("%s: open the deployment of %s: %w", what, t.plain(sku), err)
-	}
 	defer dep.Close()
 	node := dep.Node(0)
 	releaser, canRelease := node.(strategy.Releaser)
@@ -105,14 +95,6 @@ func (t *trial) releaseCommandsDropped(ctx context.Context) error {
 	}
 	t.check(strategy.Conserves, "a release whose Redis commands were dropped, sent again, leaves the unit available once (total - available == active)", a.Drift() == 0,
 		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d", t.plain(sku), a.Total, a.Available, a.Active, a.Drift()), key)
-	held := 0
-	for i := 1; i <= 2; i++ {
-		r, err := node.Reserve(ctx, strategy.Request{Key: t.key(fmt.Sprintf("req-dropped-%d", i)), User: t.user(fmt.Sprintf("user-dropped-%d", i)), SKU: sku, TTL: strategy.TTLForever})
-		if err == nil && r.Outcome == strategy.OutcomeHeld {
-			held++
-		}
-	}
-	t.check(strategy.NoOversell, "then two new users get the SKU's one unit between them, not one each", held <= 1,
-		fmt.Sprintf("%s: %d of 2 HELD for 1 unit", t.plain(sku), held), key)
+	t.twoGetOne(ctx, node, sku, "dropped", "", key)
 	return nil
 }

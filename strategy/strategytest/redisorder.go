@@ -24,22 +24,14 @@ import (
 // release first). A strategy whose job sends Redis nothing that names the
 // key is not applicable.
 func (t *trial) releaseWhileJobGivesBack(ctx context.Context) error {
-	addr, usesRedis := t.cfg.Resources[strategy.Redis]
-	if !usesRedis {
+	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
 		return nil
 	}
-	proxy, err := redisproxy.Start(addr)
+	dep, proxy, sku, err := t.proxiedOneUnit(ctx, "job order", "-order")
 	if err != nil {
-		return fmt.Errorf("job order: %w", err)
+		return err
 	}
 	defer proxy.Close()
-	rs := maps.Clone(t.cfg.Resources)
-	rs[strategy.Redis] = proxy.URL()
-	sku := t.sku(t.in.Stock[0].SKU + "-order")
-	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: rs})
-	if err != nil {
-		return fmt.Errorf("job order: open the deployment of %s: %w", t.plain(sku), err)
-	}
 	defer dep.Close()
 	node := dep.Node(0)
 	releaser, canRelease := node.(strategy.Releaser)
@@ -102,14 +94,40 @@ func (t *trial) releaseWhileJobGivesBack(ctx context.Context) error {
 	}
 	t.check(strategy.Conserves, "job order: a release sent while the expiry job's give-back of the same hold is on its way to Redis leaves the unit available once (total - available == active)", a.Drift() == 0,
 		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d (the release gave back %d, %v; the job: %d, %v)", t.plain(sku), a.Total, a.Available, a.Active, a.Drift(), units, relErr, job.n, job.err), key)
-	held2 := 0
+	t.twoGetOne(ctx, node, sku, "order", "job order: ", key)
+	return nil
+}
+
+// proxiedOneUnit opens, for a part of redis-restart, a deployment that
+// reaches the trial's Redis through a redisproxy, on a SKU of its own (the
+// first stock's name and suffix) with one unit. The caller closes the
+// deployment, then the proxy.
+func (t *trial) proxiedOneUnit(ctx context.Context, what, suffix string) (strategy.Deployment, *redisproxy.Proxy, string, error) {
+	proxy, err := redisproxy.Start(t.cfg.Resources[strategy.Redis])
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%s: %w", what, err)
+	}
+	rs := maps.Clone(t.cfg.Resources)
+	rs[strategy.Redis] = proxy.URL()
+	sku := t.sku(t.in.Stock[0].SKU + suffix)
+	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: rs})
+	if err != nil {
+		_ = proxy.Close()
+		return nil, nil, "", fmt.Errorf("%s: open the deployment of %s: %w", what, t.plain(sku), err)
+	}
+	return dep, proxy, sku, nil
+}
+
+// twoGetOne checks that two new users (keys req-<name>-1 and -2) get the
+// SKU's one unit between them, not one each.
+func (t *trial) twoGetOne(ctx context.Context, node strategy.Strategy, sku, name, label string, keys ...string) {
+	held := 0
 	for i := 1; i <= 2; i++ {
-		r, err := node.Reserve(ctx, strategy.Request{Key: t.key(fmt.Sprintf("req-order-%d", i)), User: t.user(fmt.Sprintf("user-order-%d", i)), SKU: sku, TTL: strategy.TTLForever})
+		r, err := node.Reserve(ctx, strategy.Request{Key: t.key(fmt.Sprintf("req-%s-%d", name, i)), User: t.user(fmt.Sprintf("user-%s-%d", name, i)), SKU: sku, TTL: strategy.TTLForever})
 		if err == nil && r.Outcome == strategy.OutcomeHeld {
-			held2++
+			held++
 		}
 	}
-	t.check(strategy.NoOversell, "job order: then two new users get the SKU's one unit between them, not one each", held2 <= 1,
-		fmt.Sprintf("%s: %d of 2 HELD for 1 unit", t.plain(sku), held2), key)
-	return nil
+	t.check(strategy.NoOversell, label+"then two new users get the SKU's one unit between them, not one each", held <= 1,
+		fmt.Sprintf("%s: %d of 2 HELD for 1 unit", t.plain(sku), held), keys...)
 }
