@@ -13,6 +13,12 @@ import (
 
 var choices = []slotrows.SlotChoice{slotrows.LowestFirst, slotrows.KeyHashFirst}
 
+// The kill and process scenarios run the variant in helper processes,
+// which find it by name.
+func init() {
+	strategytest.RegisterForHelpers(slotrows.New(slotrows.Options{SlotChoice: slotrows.KeyHashFirst}))
+}
+
 // TestKeyHashFirstConforms runs the kit's scenarios (short) on the
 // KeyHashFirst variant: the slot choice changes which slot a claim takes,
 // never what it answers.
