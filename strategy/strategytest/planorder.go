@@ -45,6 +45,12 @@ func checkAnswersInAnyPlanOrder(t tester, meta strategy.Meta, db *pgxpool.Pool, 
 	cfg.ConnConfig.RuntimeParams["enable_nestloop"] = "off"
 	cfg.ConnConfig.RuntimeParams["join_collapse_limit"] = "1"
 	cfg.ConnConfig.RuntimeParams["from_collapse_limit"] = "1"
+	// A disabled join method adds 10^10 to a plan's cost, past
+	// jit_above_cost: every statement was compiled, about half a second
+	// each, and a crowd of 16 outlived the check's two minutes on a
+	// loaded machine (combine, a CI rehearsal of 2026-12-06). Compiling
+	// changes no row order.
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	sorted, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("a pool that joins by sorting: %v", err)
