@@ -16,10 +16,11 @@ import (
 // A reservation, as seed 002 runs it:
 //
 //	lookup the key                      REPLAY / KEY_REUSED, no lock
-//	check available (pool)              0: SOLD_OUT, no lock
+//	check available (pool)              0: the key again, else SOLD_OUT, no lock
 //	take the SKU's lock                 not within Wait, or Redis down: BUSY
 //	BEGIN
-//	  check available again             the double check, under the lock
+//	  check available again             the double check, under the lock;
+//	                                      0: the key again (REPLAY / KEY_REUSED), else SOLD_OUT
 //	  SAVEPOINT; INSERT ... 'HELD' ON CONFLICT (request_key) DO NOTHING
 //	  UPDATE stock SET available = available - 1 WHERE sku = $1 AND available > 0
 //	      0 rows: ROLLBACK TO SAVEPOINT, SOLD_OUT   (the last line: the database decides)
@@ -113,6 +114,14 @@ func (d *Deployment) beforeLock(ctx context.Context, q pgstrategy.Querier, req s
 		return strategy.Result{}, true, fmt.Errorf("check available: %w", err)
 	}
 	if available <= 0 {
+		// The key again: its owner may have committed between the two
+		// reads, taking the last unit for this very request.
+		if r, found, err := d.lookup(ctx, q, req.Key); err != nil || found {
+			if err != nil {
+				return strategy.Result{}, true, err
+			}
+			return pgstrategy.KnownKey(req, r), true, nil
+		}
 		return soldOut, true, nil
 	}
 	return strategy.Result{}, false, nil
@@ -125,6 +134,15 @@ func (d *Deployment) underLock(ctx context.Context, tx pgx.Tx, req strategy.Requ
 		return strategy.Result{}, fmt.Errorf("double check: %w", err)
 	}
 	if available <= 0 {
+		// A known key comes first, also one committed while this request
+		// waited for the lock: its twin, held open by another attempt, took
+		// the last unit for this very request (REPLAY, not SOLD_OUT).
+		if r, found, err := d.lookup(ctx, tx, req.Key); err != nil || found {
+			if err != nil {
+				return strategy.Result{}, err
+			}
+			return pgstrategy.KnownKey(req, r), nil
+		}
 		return soldOut, nil
 	}
 	sp, err := tx.Begin(ctx) // a savepoint: a refused insert or decrement leaves tx usable
