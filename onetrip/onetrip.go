@@ -76,6 +76,13 @@ type Options struct {
 	// status, so a user whose hold was released or expired, asking again
 	// once the SKU is sold out, is answered USER_LIMIT, not SOLD_OUT.
 	WhyNotCountsEnded bool
+	// CancelIsSoldOut is a deliberate mistake, for the negative control
+	// ctl-cancel-is-sold-out: an insert the server cancelled (57014, a
+	// statement_timeout; 55P03, a lock_timeout) is taken for "no unit
+	// left" ("it waited for the stock row and got nothing"): a request
+	// that waited behind another's attempt is answered SOLD_OUT while the
+	// SKU has units.
+	CancelIsSoldOut bool
 }
 
 func (o Options) maxRetries() int {
@@ -154,7 +161,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, cancelIsSoldOut: opts.CancelIsSoldOut, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -192,6 +199,7 @@ type Deployment struct {
 	confirmGivesUp       bool // Options.ConfirmGivesUp
 	confirmDeadline      bool // Options.ConfirmDeadline
 	whyNotCountsEnded    bool // Options.WhyNotCountsEnded
+	cancelIsSoldOut      bool // Options.CancelIsSoldOut
 
 	retries atomic.Int64
 }

@@ -226,9 +226,12 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 		soldOut.Store(false) // a unit came back
 	}
 	r, err := insertAndTake(ctx, n.d.db, req)
+	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: r}, nil
+	case n.d.cancelIsSoldOut && errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.QueryCanceled || pgErr.Code == pgerrcode.LockNotAvailable):
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake
 	case errors.Is(err, errNoUnit):
 		soldOut.Store(true)
 	case !errors.Is(err, errConflict):

@@ -37,7 +37,7 @@ type tester interface {
 // checkDueHoldsItsUnit, checkDueReleases,
 // checkExpireAllDue,
 // checkOddText, checkDistinctText, checkHashCollisions,
-// checkWaitOutlastsTimeouts and, for a
+// checkWaitOutlastsTimeouts, checkServerCancelsWait and, for a
 // strategy that claims no-wait, checkNoWaitBehindLockedRows on
 // deployments of their own
 // (kit SKUs, beside the trial's), each failure a failed check of the
@@ -183,6 +183,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		// has already failed.
 		{"a request that waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
 			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts"},
+		{"a request whose statement the server cancels (a statement_timeout of 400 ms a DBA set for the role) while it waits behind an attempt held open on its SKU (without sessions: behind rows another transaction holds) is not answered SOLD_OUT while its SKU has units",
+			func(r tester) { checkServerCancelsWait(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkServerCancelsWait"},
 		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
 			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkResendOutlastsTimeouts"},
 		{"a Confirm and a Release of HELD reservations whose rows another transaction holds for at least 6 s (and past any timeout the strategy set), which then rolls back, move them, or give up with an error: never false or 0",

@@ -40,18 +40,52 @@ const outlastAtMost = 40 * time.Second
 // with a unit free beside the one held.
 func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
+	waitBehindHold(t, meta, db, admin, rs, "outlast", min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost))
+}
+
+// serverStatementTimeout is the statement_timeout of checkServerCancelsWait's
+// sessions, as a DBA's ALTER ROLE ... SET would give them.
+const serverStatementTimeout = 400 * time.Millisecond
+
+// checkServerCancelsWait: checkWaitOutlastsTimeouts where the server, not
+// the strategy, gives up: the deployment's sessions have a
+// statement_timeout of serverStatementTimeout (set by a DBA for the role),
+// and the requests wait 2 s behind the hold. A statement the server
+// cancelled (57014) wrote nothing and says nothing about the stock: BUSY
+// or an error, never SOLD_OUT. The kit gives up on a request only by
+// cancelling the caller's context, so a strategy that read a cancelled
+// statement as "no unit left" answered from a follow-up read on that same
+// cancelled context, which failed, and passed every scenario (outsider
+// round 27's onetrip mutant). A strategy that sets a statement_timeout of
+// its own for its statements is not cancelled by this one.
+func checkServerCancelsWait(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(serverStatementTimeout.Milliseconds())
+	timed, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a pool whose sessions have a statement_timeout: %v", err)
+	}
+	defer timed.Close()
+	waitBehindHold(t, meta, timed, admin, rs, "server-timeout", 5*serverStatementTimeout)
+}
+
+// waitBehindHold is checkWaitOutlastsTimeouts with its pool, its SKU's
+// name and its hold.
+func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, name string, hold time.Duration) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
-	dep, sku := openOneSKU(ctx, t, meta, db, rs, "outlast", 4)
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, name, 4)
 	defer dep.Close()
 	node := dep.Node(0)
 	// A reservation first, so that the strategy's reservation rows are
 	// among the rows held, not only its stock rows (and so that a
 	// strategy that sets its timeouts on its requests has set them once).
-	first := strategy.Request{Key: "kit-outlast-1-" + sku, User: "kit-outlast-1", SKU: sku, TTL: time.Hour}
+	first := strategy.Request{Key: "kit-" + name + "-1-" + sku, User: "kit-" + name + "-1", SKU: sku, TTL: time.Hour}
 	holdForCheck(ctx, t, node, first)
 	req := func(i int) strategy.Request {
-		return strategy.Request{Key: fmt.Sprintf("kit-outlast-%d-%s", i, sku), User: fmt.Sprintf("kit-outlast-%d", i), SKU: sku, TTL: time.Hour}
+		return strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", name, i, sku), User: fmt.Sprintf("kit-%s-%d", name, i), SKU: sku, TTL: time.Hour}
 	}
 
 	// Four units: the first reservation, the attempt's and one for each
@@ -65,18 +99,18 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 	if opener, ok := node.(strategy.SessionOpener); ok {
 		session, pids := holdInSession(ctx, t, opener, req(2), "an attempt held open on the SKU")
 		defer func() { _ = session.Rollback(context.Background()) }()
-		outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(3), req(4)}, "an attempt held open on the SKU", int32(pids[0]), func() error { return session.Rollback(context.Background()) })
+		outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(3), req(4)}, "an attempt held open on the SKU", int32(pids[0]), hold, func() error { return session.Rollback(context.Background()) })
 		return
 	}
 	tx, holder := holdAllRows(ctx, t, admin)
 	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back in outlastQueue
-	outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(2), req(3)}, "the transaction that held the rows", holder, func() error { return tx.Rollback(context.Background()) })
+	outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(2), req(3)}, "the transaction that held the rows", holder, hold, func() error { return tx.Rollback(context.Background()) })
 }
 
 // outlastQueue sends the first request and, once it waits for holder (or
 // has answered), the second; it keeps holder for the hold, then lets go.
 // A SOLD_OUT answer is the failure.
-func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, letGo func() error) {
+func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, hold time.Duration, letGo func() error) {
 	t.Helper()
 	var box panicBox
 	defer box.rethrow()
@@ -86,7 +120,6 @@ func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node s
 	for _, r := range reqs[1:] {
 		dones = append(dones, reserveAsync(ctx, &box, node, r))
 	}
-	hold := min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost)
 	answeredInHold := make([]bool, len(dones))
 	if probeErr == nil && waited {
 		deadline := time.After(hold)
