@@ -40,7 +40,11 @@ const outlastAtMost = 40 * time.Second
 // with a unit free beside the one held.
 func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	waitBehindHold(t, meta, db, admin, rs, "outlast", min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost))
+	// The hold is read once the first requests have run: a strategy that
+	// sets its timeouts on its requests has set them by then.
+	waitBehindHold(t, meta, db, admin, rs, "outlast", func() time.Duration {
+		return min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost)
+	})
 }
 
 // serverStatementTimeout is the statement_timeout of checkServerCancelsWait's
@@ -67,12 +71,12 @@ func checkServerCancelsWait(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 		t.Fatalf("a pool whose sessions have a statement_timeout: %v", err)
 	}
 	defer timed.Close()
-	waitBehindHold(t, meta, timed, admin, rs, "server-timeout", 5*serverStatementTimeout)
+	waitBehindHold(t, meta, timed, admin, rs, "server-timeout", func() time.Duration { return 5 * serverStatementTimeout })
 }
 
 // waitBehindHold is checkWaitOutlastsTimeouts with its pool, its SKU's
-// name and its hold.
-func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, name string, hold time.Duration) {
+// name and how long to hold (read once the first request waits).
+func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, name string, hold func() time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
@@ -110,7 +114,7 @@ func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs ma
 // outlastQueue sends the first request and, once it waits for holder (or
 // has answered), the second; it keeps holder for the hold, then lets go.
 // A SOLD_OUT answer is the failure.
-func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, hold time.Duration, letGo func() error) {
+func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, holdFor func() time.Duration, letGo func() error) {
 	t.Helper()
 	var box panicBox
 	defer box.rethrow()
@@ -120,6 +124,7 @@ func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node s
 	for _, r := range reqs[1:] {
 		dones = append(dones, reserveAsync(ctx, &box, node, r))
 	}
+	hold := holdFor()
 	answeredInHold := make([]bool, len(dones))
 	if probeErr == nil && waited {
 		deadline := time.After(hold)
