@@ -185,6 +185,15 @@ const (
 	// failed moved the row, and the one sent again then says 1 although
 	// it moved nothing.
 	ReleaseCountsOwed
+	// EndedRowKeepsUnit: a request whose insert meets its key's row of the
+	// same SKU keeps the unit its script took, whatever the row's status
+	// ("a resend: the row holds the unit my key's marker counts";
+	// rediscounter until 2026-12-06). A copy that looked its key up before
+	// another copy's reservation was made, and took its unit after that
+	// reservation was released, took a fresh unit, not the row's: it stays
+	// out of the counter, and the user marked as a holder, until the expiry
+	// job sweeps the marker.
+	EndedRowKeepsUnit
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -130,18 +130,26 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 }
 
 // keyTaken answers a request whose insert found its key's row already
-// written. A row of the same SKU holds the unit this request took (a
-// resend: the key's marker is one). A row of another SKU does not: the
+// written. An active row of the same SKU holds the unit this request took
+// (a resend: the key's marker is one). A row of another SKU does not: the
 // markers are per SKU, so one key sent at once for two SKUs took a unit of
-// each, and the one whose row lost gives its unit back.
+// each, and the one whose row lost gives its unit back. Nor does an ended
+// row of the same SKU: its unit went back when it ended, with the marker,
+// so this request's script found no marker and took a fresh unit (it
+// looked its key up before the row was written, and ran its script after
+// the row was released or expired); it gives that unit back. The give-back
+// is guarded by the key's marker, so a unit already given back under it
+// (the row's own, owed by a release whose give-back failed) comes back
+// once either way.
 func (d *Deployment) keyTaken(ctx context.Context, req strategy.Request, r strategy.Reservation) (strategy.Result, error) {
-	if r.SKU != req.SKU {
+	ended := r.Status != strategy.StatusHeld && r.Status != strategy.StatusConfirmed
+	if r.SKU != req.SKU || (ended && d.mistake != EndedRowKeepsUnit) {
 		back := returned{sku: req.SKU, key: req.Key, user: req.User}
-		if d.mistake == GiveBackOwnersMarks {
+		if d.mistake == GiveBackOwnersMarks && r.SKU != req.SKU {
 			back.key, back.user = r.Key, r.User // the mistake: the owner's marks, not the request's
 		}
 		if _, err := d.giveBack(ctx, []returned{back}); err != nil {
-			return strategy.Result{}, fmt.Errorf("give back the unit of a key another SKU's row holds: %w", err)
+			return strategy.Result{}, fmt.Errorf("give back the unit of a key whose row does not hold it: %w", err)
 		}
 	}
 	return pgstrategy.KnownKey(req, r), nil

@@ -29,9 +29,12 @@ import (
 //	in flight         kill_in_flight: on a SKU of its own, SIGKILLed while
 //	                  requests are in flight (killInFlight); then a pause
 //	                  (stallInFlight), a release beside the expiry job's
-//	                  give-back (releaseWhileJobGivesBack) and a release
+//	                  give-back (releaseWhileJobGivesBack), a release
 //	                  whose Redis commands are dropped
-//	                  (releaseCommandsDropped), each on a SKU of its own
+//	                  (releaseCommandsDropped) and a copy of a request
+//	                  held on its way to Redis while the other copy holds
+//	                  and releases (resendAfterRelease), each on a SKU of
+//	                  its own
 //
 // The audit after each batch is charged to NoOversell and Conserves before
 // the first fault, to SurvivesRestart after it: a design that keeps its
@@ -183,6 +186,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 			return err
 		}
 		if err := t.releaseCommandsDropped(ctx); err != nil {
+			return err
+		}
+		if err := t.resendAfterRelease(ctx); err != nil {
 			return err
 		}
 	}
