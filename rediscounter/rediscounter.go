@@ -194,6 +194,12 @@ const (
 	// out of the counter, and the user marked as a holder, until the expiry
 	// job sweeps the marker.
 	EndedRowKeepsUnit
+	// ReleaseAnswersGiveBacks: Release answers the units its give-back
+	// returned to Redis, not the rows it moved ("the caller wants to know
+	// the unit is back"): after Redis lost its data, a release of a HELD
+	// reservation moves its row, finds no marker to give back under, and
+	// says 0, so its caller thinks the hold had ended before.
+	ReleaseAnswersGiveBacks
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

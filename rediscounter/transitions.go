@@ -142,7 +142,8 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
 	}
-	if _, err := n.d.giveBack(ctx, moved); err != nil {
+	gaveBack, err := n.d.giveBack(ctx, moved)
+	if err != nil {
 		if n.d.mistake == UndoReleaseOnError {
 			_, _ = n.d.db.Exec(ctx, sqlUndoRelease, key, n.d.skus)
 		}
@@ -167,6 +168,9 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		if n.d.mistake == ReleaseCountsOwed {
 			return back, nil
 		}
+	}
+	if n.d.mistake == ReleaseAnswersGiveBacks {
+		return gaveBack, nil
 	}
 	if n.d.mistake == ReleaseRecounts && n.d.keep == KeepRecover {
 		for _, r := range moved {
