@@ -171,6 +171,11 @@ type Options struct {
 	// their key, user and SKU joined with ':', so "K:1" by "u" and "K" by
 	// "1:u" are merged and the second gets the first's answer.
 	FlightByJoinedText bool
+	// ExpirySessionKeepsLast is a deliberate mistake, for the negative
+	// controls of table 28-1 only: an expiry job held open keeps only its
+	// last run's rows to give back at Commit, so a job run again before it
+	// commits (moving nothing) loses the units of the run before.
+	ExpirySessionKeepsLast bool
 	// SoldOutProbesKeyOnly is a deliberate mistake, for the negative
 	// controls of table 28-1 only: a node with no unit that sees the key's
 	// hint held waits for the key's row alone (probeSQL), not for the

@@ -108,7 +108,11 @@ func (s *session) ExpireDue(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("memquota: expire: %w", err)
 		}
-		s.returned = append(s.returned, moved...)
+		if s.n.d.opts.ExpirySessionKeepsLast {
+			s.returned = moved // the mistake: the last run's rows only
+		} else {
+			s.returned = append(s.returned, moved...)
+		}
 		return len(moved), nil
 	})
 }
