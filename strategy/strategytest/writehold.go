@@ -63,6 +63,18 @@ var errNoTables = errors.New("the strategy keeps no tables in PostgreSQL")
 // holdWritesNaming installs the hold for key and returns it holding. The
 // caller defers remove.
 func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
+	return installHold(ctx, admin, key, "hold")
+}
+
+// holdEveryWriteNaming is holdWritesNaming for every write of a row whose
+// new text names key, the updates of a row that named it before included
+// (a transition of the key's reservation, held once it has locked the row:
+// a BEFORE ROW trigger runs on the row locked for the update).
+func holdEveryWriteNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
+	return installHold(ctx, admin, key, "hold-any")
+}
+
+func installHold(ctx context.Context, admin *pgxpool.Pool, key, mode string) (*writeHold, error) {
 	h := &writeHold{objid: writeHoldSeq.Add(1)}
 	lock, err := admin.Acquire(ctx)
 	if err != nil {
@@ -73,7 +85,7 @@ func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*wr
 		return nil, fmt.Errorf("hold writes naming %q: take the lock: %w", key, err)
 	}
 	h.lock = lock
-	h.namingTrigger, err = installNamingTrigger(ctx, admin, key, "hold", fmt.Sprint(writeHoldClass), fmt.Sprint(h.objid))
+	h.namingTrigger, err = installNamingTrigger(ctx, admin, key, mode, fmt.Sprint(writeHoldClass), fmt.Sprint(h.objid))
 	if err != nil {
 		h.release() // the transaction that made the triggers rolled back
 		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
@@ -116,16 +128,17 @@ ORDER BY 2`
 
 // sqlNamingFunction acts on a row whose new text names TG_ARGV[0] and
 // whose old text did not: TG_ARGV[1] 'hold' waits for the advisory lock
-// (TG_ARGV[2], TG_ARGV[3]); 'fail' raises SQLSTATE TG_ARGV[2]. 'fail-any'
-// raises it for every row whose new text names the key, the updates of a
-// row that named it before too (a transition of the key's reservation).
+// (TG_ARGV[2], TG_ARGV[3]), and 'hold-any' waits so for every row whose new
+// text names the key, the updates of a row that named it before too (a
+// transition of the key's reservation); 'fail' raises SQLSTATE TG_ARGV[2],
+// and 'fail-any' raises it for every row whose new text names the key.
 // 'skip' leaves the row unwritten, without an error, as an INSERT ... ON
 // CONFLICT DO NOTHING does that meets a row its snapshot cannot see.
 const sqlNamingFunction = `
 CREATE OR REPLACE FUNCTION %s.kit_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
-       AND (TG_ARGV[1] = 'fail-any' OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
+       AND (TG_ARGV[1] IN ('fail-any', 'hold-any') OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
         IF TG_ARGV[1] = 'skip' THEN
             RETURN NULL;
         END IF;

@@ -44,6 +44,10 @@ const (
 	// expireCountsRead: the expiry job moves the ids it read WHERE status =
 	// 'HELD', but returns len(ids) units.
 	expireCountsRead
+	// expireByIDsRead: the expiry job reads the due HELD ids, then moves
+	// them by id alone, without status = 'HELD' and without a lock, and
+	// gives back a unit per row it moved.
+	expireByIDsRead
 	// keyNotUnique: no unique index on request_key; SELECT by key first.
 	keyNotUnique
 	// uniqueViolationIsLimit: every 23505 answers USER_LIMIT.
@@ -1233,6 +1237,20 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 			return 0, err
 		}
 		return len(ids), c.giveBack(ctx, tx, ids)
+	case expireByIDsRead:
+		ids, err := c.dueIDs(ctx, tx, `sku = ANY($1) AND status = 'HELD' AND expires_at < now()`)
+		if err != nil {
+			return 0, err
+		}
+		rows, err := tx.Query(ctx, c.t.q(`UPDATE {reservation} SET status = 'EXPIRED' WHERE reservation_id = ANY($1) RETURNING reservation_id`), ids)
+		if err != nil {
+			return 0, err
+		}
+		moved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return 0, err
+		}
+		return len(moved), c.giveBack(ctx, tx, moved)
 	case expireCountsRead:
 		ids, err := c.dueIDs(ctx, tx, `sku = ANY($1) AND status = 'HELD' AND expires_at < now()`)
 		if err != nil {
