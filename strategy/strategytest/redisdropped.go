@@ -22,22 +22,13 @@ import (
 // balances, and of two new users one gets it. A strategy that sends Redis
 // nothing naming the key while releasing is not applicable.
 func (t *trial) releaseCommandsDropped(ctx context.Context) error {
-	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
-		return nil
-	}
 	const what = "release while Redis drops its commands"
-	dep, proxy, sku, err := t.proxiedOneUnit(ctx, what, "-dropped")
-	if err != nil {
+	p, err := t.proxiedRelease(ctx, what, "-dropped")
+	if p == nil || err != nil {
 		return err
 	}
-	defer proxy.Close()
-	defer dep.Close()
-	node := dep.Node(0)
-	releaser, canRelease := node.(strategy.Releaser)
-	if !canRelease {
-		t.fact(what, "not applicable: needs Release")
-		return nil
-	}
+	defer p.close()
+	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
 	key := t.key("req-dropped-0")
 	res, err := node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-dropped-0"), SKU: sku, TTL: strategy.TTLForever})
 	if err != nil || res.Outcome != strategy.OutcomeHeld {

@@ -24,20 +24,15 @@ import (
 // release first). A strategy whose job sends Redis nothing that names the
 // key is not applicable.
 func (t *trial) releaseWhileJobGivesBack(ctx context.Context) error {
-	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
-		return nil
-	}
-	dep, proxy, sku, err := t.proxiedOneUnit(ctx, "job order", "-order")
-	if err != nil {
+	p, err := t.proxiedRelease(ctx, "release while the expiry job gives back", "-order")
+	if p == nil || err != nil {
 		return err
 	}
-	defer proxy.Close()
-	defer dep.Close()
-	node := dep.Node(0)
-	releaser, canRelease := node.(strategy.Releaser)
+	defer p.close()
+	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
 	expirer, canExpire := node.(strategy.Expirer)
 	ager, ages := dep.(strategy.Ager)
-	if !canRelease || !canExpire || !ages {
+	if !canExpire || !ages {
 		t.fact("release while the expiry job gives back", "not applicable: needs Release, ExpireDue and MakeDue")
 		return nil
 	}
@@ -98,14 +93,34 @@ func (t *trial) releaseWhileJobGivesBack(ctx context.Context) error {
 	return nil
 }
 
-// proxiedOneUnit opens, for a part of redis-restart, a deployment that
-// reaches the trial's Redis through a redisproxy, on a SKU of its own (the
-// first stock's name and suffix) with one unit. The caller closes the
-// deployment, then the proxy.
-func (t *trial) proxiedOneUnit(ctx context.Context, what, suffix string) (strategy.Deployment, *redisproxy.Proxy, string, error) {
+// proxiedPart is what proxiedRelease opens for a part of redis-restart: a
+// deployment that reaches the trial's Redis through a redisproxy, on a SKU
+// of its own (the first stock's name and suffix) with one unit, and its
+// node 0, which can Release.
+type proxiedPart struct {
+	dep      strategy.Deployment
+	proxy    *redisproxy.Proxy
+	sku      string
+	node     strategy.Strategy
+	releaser strategy.Releaser
+}
+
+// close closes the deployment, then the proxy.
+func (p *proxiedPart) close() {
+	p.dep.Close()
+	_ = p.proxy.Close()
+}
+
+// proxiedRelease opens a proxiedPart for the part named what. It opens
+// nothing and returns nil for a strategy without Redis, and for one
+// without Release, noting that the part is not applicable.
+func (t *trial) proxiedRelease(ctx context.Context, what, suffix string) (*proxiedPart, error) {
+	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
+		return nil, nil
+	}
 	proxy, err := redisproxy.Start(t.cfg.Resources[strategy.Redis])
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	rs := maps.Clone(t.cfg.Resources)
 	rs[strategy.Redis] = proxy.URL()
@@ -113,9 +128,16 @@ func (t *trial) proxiedOneUnit(ctx context.Context, what, suffix string) (strate
 	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: rs})
 	if err != nil {
 		_ = proxy.Close()
-		return nil, nil, "", fmt.Errorf("%s: open the deployment of %s: %w", what, t.plain(sku), err)
+		return nil, fmt.Errorf("%s: open the deployment of %s: %w", what, t.plain(sku), err)
 	}
-	return dep, proxy, sku, nil
+	p := &proxiedPart{dep: dep, proxy: proxy, sku: sku, node: dep.Node(0)}
+	var canRelease bool
+	if p.releaser, canRelease = p.node.(strategy.Releaser); !canRelease {
+		p.close()
+		t.fact(what, "not applicable: needs Release")
+		return nil, nil
+	}
+	return p, nil
 }
 
 // twoGetOne checks that two new users (keys req-<name>-1 and -2) get the

@@ -26,22 +26,13 @@ import (
 // other copy's reservation began and ended). A strategy that sends Redis
 // nothing naming the key is not applicable.
 func (t *trial) resendAfterRelease(ctx context.Context) error {
-	if _, usesRedis := t.cfg.Resources[strategy.Redis]; !usesRedis {
-		return nil
-	}
 	const what = "a copy held on its way to Redis while the other holds and releases"
-	dep, proxy, sku, err := t.proxiedOneUnit(ctx, what, "-resent")
-	if err != nil {
+	p, err := t.proxiedRelease(ctx, what, "-resent")
+	if p == nil || err != nil {
 		return err
 	}
-	defer proxy.Close()
-	defer dep.Close()
-	node := dep.Node(0)
-	releaser, canRelease := node.(strategy.Releaser)
-	if !canRelease {
-		t.fact(what, "not applicable: needs Release")
-		return nil
-	}
+	defer p.close()
+	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
 	key, user := t.key("req-resent-0"), t.user("user-resent-0")
 	req := strategy.Request{Key: key, User: user, SKU: sku, TTL: strategy.TTLForever}
 	held, letGo := proxy.Hold(key)
