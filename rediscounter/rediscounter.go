@@ -200,6 +200,13 @@ const (
 	// reservation moves its row, finds no marker to give back under, and
 	// says 0, so its caller thinks the hold had ended before.
 	ReleaseAnswersGiveBacks
+	// InsertLostIsBusy: an insert that fails without an answer from the
+	// server (the connection broke) gives the unit back and answers BUSY
+	// ("the row never got there"): an autocommit INSERT the server ran
+	// before the connection broke has committed, and the user is told
+	// nothing was reserved while a row holds the unit, its unit counted
+	// free as well.
+	InsertLostIsBusy
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

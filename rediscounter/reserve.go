@@ -123,6 +123,11 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 			return strategy.Result{}, fmt.Errorf("give back after the user limit: %w", err)
 		}
 		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
+	case d.mistake == InsertLostIsBusy && !errors.As(err, &pgErr) && ctx.Err() == nil:
+		if _, gerr := d.giveBack(ctx, []returned{{sku: req.SKU, key: req.Key, user: req.User}}); gerr != nil {
+			return strategy.Result{}, fmt.Errorf("give back after a lost insert: %w", gerr)
+		}
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake: the insert may have committed
 	default:
 		// The unit is taken and marked for this key: a resend inserts it.
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)

@@ -32,7 +32,7 @@ var partitionFaults = map[string]pgproxy.Fault{
 func init() {
 	registerKind(KindPartition, kindSpec{
 		run:      runPartition,
-		req:      requirement{caps: strategy.Capabilities{Attach: true}},
+		req:      requirement{proxyWithoutAttach: true},
 		required: []string{"requests", "workers", "faults", "hits"},
 		validate: func(in *Scenario) error {
 			if in.Requests < 1 || in.Workers < 1 || in.Hits < 1 || len(in.Faults) == 0 {
@@ -61,8 +61,8 @@ const darkDeadline = 200 * time.Millisecond
 // runPartition puts a proxy (pgtest/pgproxy) between the strategy and
 // PostgreSQL: the trial's deployment is replaced by one attached through
 // it (Meta.Attach, as a node process that reaches the database over the
-// network), and the harness's own probes go direct. Then, by the trial's
-// fault:
+// network), or, for a strategy without Attach, was opened through it; the
+// harness's own probes go direct. Then, by the trial's fault:
 //
 //   - statement-* and commit-*: requests run from the workers while the
 //     proxy cuts the first `hits` connections once their first write, or
@@ -87,9 +87,12 @@ func runPartition(ctx context.Context, t *trial) error {
 	mode := t.in.Faults[(t.n-1)%len(t.in.Faults)]
 	fault := partitionFaults[mode]
 	fault.Hits = t.in.Hits
-	p, _, err := t.behindProxy(ctx)
-	if err != nil {
-		return err
+	p := t.proxy // a strategy without Meta.Attach was opened through it
+	var err error
+	if p == nil {
+		if p, _, err = t.behindProxy(ctx); err != nil {
+			return err
+		}
 	}
 	t.loadStock = t.in.Stock[:1] // a second SKU is the cut transitions' (partitioncuts.go)
 	label := "fault " + mode

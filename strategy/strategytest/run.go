@@ -146,7 +146,7 @@ func RunScenario(ctx context.Context, env Env, in *Scenario) (*Result, error) {
 		t := &trial{env: &env, in: in, n: n, suffix: fmt.Sprintf("-%s-%d", runID, n), hist: NewHistory()}
 		t.cfg = strategy.Config{DB: env.DB, Stock: in.stock(t.suffix), Nodes: in.Nodes, Resources: env.Resources.Addrs(),
 			InternalDeadline: time.Duration(in.InternalDeadlineMS) * time.Millisecond}
-		if req.proxy {
+		if req.proxy || req.proxyWithoutAttach && env.Meta.Attach == nil {
 			if t.proxy, t.cfg.DB, err = t.proxyPool(ctx); err != nil {
 				t.runCleanups()
 				return nil, fmt.Errorf("%w: %s/%s trial %d: %v", ErrSetup, env.Meta.Name, in.Name, n, err)
@@ -236,6 +236,11 @@ type requirement struct {
 	// (trial.proxy), so the runner can cut or silence what reaches the
 	// server without Meta.Attach.
 	proxy bool
+	// proxyWithoutAttach: as proxy, for a strategy without Meta.Attach; the
+	// runner attaches one that has it through a proxy of its own
+	// (partition: a node process that reaches the database over the
+	// network).
+	proxyWithoutAttach bool
 }
 
 // runnerFor returns the runner of a kind and what it needs. Restart phases
