@@ -46,6 +46,9 @@ type namingTrigger struct {
 	admin  *pgxpool.Pool
 	tables []string
 	schema string
+	// atCommit: the triggers are AFTER ROW constraint triggers deferred to
+	// the COMMIT of the transaction that wrote the row (holdCommitNaming).
+	atCommit bool
 }
 
 // writeHoldClass is the first key of the two-key advisory locks of
@@ -63,7 +66,16 @@ var errNoTables = errors.New("the strategy keeps no tables in PostgreSQL")
 // holdWritesNaming installs the hold for key and returns it holding. The
 // caller defers remove.
 func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
-	return installHold(ctx, admin, key, "hold")
+	return installHold(ctx, admin, key, "hold", false)
+}
+
+// holdCommitNaming holds the COMMIT of every transaction that wrote a row
+// whose text names key (a plain request's, its writes done and its locks
+// held, its rows not yet visible), until the hold is released: the
+// triggers are deferred to the commit (DEFERRABLE INITIALLY DEFERRED
+// constraint triggers), and they wait as holdWritesNaming's do.
+func holdCommitNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
+	return installHold(ctx, admin, key, "hold-any", true)
 }
 
 // holdEveryWriteNaming is holdWritesNaming for every write of a row whose
@@ -71,10 +83,10 @@ func holdWritesNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*wr
 // (a transition of the key's reservation, held once it has locked the row:
 // a BEFORE ROW trigger runs on the row locked for the update).
 func holdEveryWriteNaming(ctx context.Context, admin *pgxpool.Pool, key string) (*writeHold, error) {
-	return installHold(ctx, admin, key, "hold-any")
+	return installHold(ctx, admin, key, "hold-any", false)
 }
 
-func installHold(ctx context.Context, admin *pgxpool.Pool, key, mode string) (*writeHold, error) {
+func installHold(ctx context.Context, admin *pgxpool.Pool, key, mode string, atCommit bool) (*writeHold, error) {
 	h := &writeHold{objid: writeHoldSeq.Add(1)}
 	lock, err := admin.Acquire(ctx)
 	if err != nil {
@@ -85,7 +97,10 @@ func installHold(ctx context.Context, admin *pgxpool.Pool, key, mode string) (*w
 		return nil, fmt.Errorf("hold writes naming %q: take the lock: %w", key, err)
 	}
 	h.lock = lock
-	h.namingTrigger, err = installNamingTrigger(ctx, admin, key, mode, fmt.Sprint(writeHoldClass), fmt.Sprint(h.objid))
+	h.namingTrigger = &namingTrigger{key: key, admin: admin, atCommit: atCommit}
+	err = pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		return h.namingTrigger.install(tx, []string{mode, fmt.Sprint(writeHoldClass), fmt.Sprint(h.objid)})
+	})
 	if err != nil {
 		h.release() // the transaction that made the triggers rolled back
 		return nil, fmt.Errorf("hold writes naming %q: %w", key, err)
@@ -186,10 +201,12 @@ func (h *namingTrigger) install(tx pgx.Tx, args []string) error {
 	for _, a := range args {
 		lits = append(lits, quoteLiteral(a))
 	}
+	create := `CREATE TRIGGER kit_writes_naming BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s.kit_writes_naming(%s)`
+	if h.atCommit {
+		create = `CREATE CONSTRAINT TRIGGER kit_writes_naming AFTER INSERT OR UPDATE ON %s DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION %s.kit_writes_naming(%s)`
+	}
 	for _, tb := range h.tables {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(
-			`CREATE TRIGGER kit_writes_naming BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s.kit_writes_naming(%s)`,
-			tb, pgx.Identifier{h.schema}.Sanitize(), strings.Join(lits, ", "))); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(create, tb, pgx.Identifier{h.schema}.Sanitize(), strings.Join(lits, ", "))); err != nil {
 			return fmt.Errorf("create the trigger on %s: %w", tb, err)
 		}
 	}
