@@ -208,13 +208,9 @@ func aggregate(r *Result, trials []*trial) {
 		}
 		r.Varying = append(r.Varying, Fact{Name: name, Value: val})
 	}
-	// Checks: keyed by (claim, what), in the order first seen. A check a
-	// trial makes several times (one per round) counts once per trial:
-	// failed if any of its times failed.
+	// Checks: keyed by (claim, what), in the order first seen.
 	index := map[string]*Check{}
 	for _, t := range trials {
-		seen := map[*Check]bool{}
-		failed := map[*Check]bool{}
 		for _, o := range t.checks {
 			k := fmt.Sprint(uint64(o.claim), "\x00", o.what)
 			c, ok := index[k]
@@ -223,12 +219,8 @@ func aggregate(r *Result, trials []*trial) {
 				index[k] = c
 				r.Checks = append(r.Checks, c)
 			}
-			if !seen[c] {
-				seen[c] = true
-				c.Trials++
-			}
-			if !o.ok && !failed[c] {
-				failed[c] = true
+			c.Trials++
+			if !o.ok {
 				c.Failed++
 				if c.FirstTrial == 0 {
 					c.FirstTrial, c.Detail, c.History = t.n, o.detail, o.history
