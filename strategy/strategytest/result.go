@@ -133,8 +133,8 @@ func (r *Result) Fact(name string) string {
 // scenario, trial, counts and the history excerpt that broke.
 func (r *Result) Failure(c *Check) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: strategy %s, scenario %s (%s), trial %d of %d: %s [%s] failed in %d trial(s)\n",
-		c.Verdict, r.Strategy, r.Scenario, r.Case, c.FirstTrial, r.Trials, c.What, c.Claims, c.Failed)
+	fmt.Fprintf(&b, "%s: strategy %s, scenario %s (%s), trial %d of %d: %s [%s] failed %d of the %d times it was checked\n",
+		c.Verdict, r.Strategy, r.Scenario, r.Case, c.FirstTrial, r.Trials, c.What, c.Claims, c.Failed, c.Trials)
 	if c.Detail != "" {
 		fmt.Fprintf(&b, "  %s\n", c.Detail)
 	}
