@@ -186,14 +186,64 @@ func holdSaleAtCommit(ctx context.Context, t tester, admin *pgxpool.Pool, node s
 // the check's: a sale that failed is not in the audit, which must balance
 // all the same.
 func (s *saleAtCommit) commit(context.Context) error {
+	s.answer()
+	return nil
+}
+
+// answer lets the sale go and returns its answer.
+func (s *saleAtCommit) answer() answer {
 	s.hold.release()
 	a := <-s.done
 	s.done <- a
 	s.box.rethrow()
-	return nil
+	return a
 }
 
 // remove lets the sale go, if it still waits, and drops the triggers.
 func (s *saleAtCommit) remove(t tester) {
 	s.hold.removeOrReport(t)
+}
+
+// heldAttempt is a sale held before its commit: an attempt held open
+// (strategy.Session), or, for a strategy without one, a plain request held
+// at its COMMIT (heldAtCommit).
+type heldAttempt interface {
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// heldAtCommit is a saleAtCommit as a heldAttempt: Commit lets it go and
+// fails unless it was HELD; Rollback only drops the hold (the sale then
+// commits, if it has not): a check that needs a rollback needs a session.
+type heldAtCommit struct{ *saleAtCommit }
+
+func (h heldAtCommit) Commit(context.Context) error {
+	switch a := h.answer(); {
+	case a.err != nil:
+		return fmt.Errorf("the sale held at its commit: %w", a.err)
+	case a.res.Outcome != strategy.OutcomeHeld:
+		return fmt.Errorf("the sale held at its commit: %s; want HELD", a.res.Outcome)
+	}
+	return nil
+}
+
+func (h heldAtCommit) Rollback(context.Context) error { return h.hold.remove() }
+
+// holdAttempt holds req before its commit: in a session when opener is not
+// nil (holdInSession), else as a plain request to node held at its COMMIT.
+// It returns the attempt and the backends a wait behind it is seen on.
+func holdAttempt(ctx context.Context, t tester, opener strategy.SessionOpener, node strategy.Strategy, admin *pgxpool.Pool, req strategy.Request, what string) (heldAttempt, []uint32) {
+	t.Helper()
+	if opener != nil {
+		return holdInSession(ctx, t, opener, req, what)
+	}
+	sale := holdSaleAtCommit(ctx, t, admin, node, req)
+	var pid int32
+	if err := admin.QueryRow(ctx, sqlHoldWaiter, writeHoldClass, sale.hold.objid).Scan(&pid); err != nil {
+		sale.remove(t)
+		t.Fatalf("%s: the backend held at its commit: %v", what, err)
+	}
+	// A request that writes a row naming the key before it meets the
+	// attempt's waits for the hold itself: seen blocked by its connection.
+	return heldAtCommit{sale}, []uint32{uint32(pid), sale.hold.lock.Conn().PgConn().PID()}
 }

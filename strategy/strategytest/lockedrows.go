@@ -69,6 +69,26 @@ func checkNoWaitBehindLockedRows(t tester, meta strategy.Meta, db, admin *pgxpoo
 // sqlBlockedBy counts the backends that wait for a lock $1 holds.
 const sqlBlockedBy = `SELECT count(*) FROM pg_stat_activity WHERE pid <> $1 AND $1 = ANY(pg_blocking_pids(pid))`
 
+// sqlBlockedByAny counts the backends that wait for a lock one of $1 holds.
+const sqlBlockedByAny = `SELECT count(*) FROM pg_stat_activity WHERE pid <> ALL($1::int4[]) AND pg_blocking_pids(pid) && $1::int4[]`
+
+// awaitAnswerOrBlockedByAny is awaitAnswerOrBlocked for a wait for any of
+// holders.
+func awaitAnswerOrBlockedByAny[A any](ctx context.Context, admin *pgxpool.Pool, holders []uint32, done chan A) (bool, error) {
+	pids := make([]int32, len(holders))
+	for i, h := range holders {
+		pids[i] = int32(h)
+	}
+	blocked := false
+	err := awaitAnswerOr(ctx, done, func() (bool, error) {
+		var n int
+		err := admin.QueryRow(ctx, sqlBlockedByAny, pids).Scan(&n)
+		blocked = n > 0
+		return blocked, err
+	})
+	return blocked, err
+}
+
 // awaitAnswerOrBlocked reports whether some backend waited for holder
 // before done delivered an answer (done is left for the caller to read).
 func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {
