@@ -90,6 +90,12 @@ const (
 	// unit of one SKU in one session waits for itself until its bound and
 	// answers BUSY.
 	SessionRelocks
+	// DoubleCheckStockOnly: the double check under the lock answers
+	// SOLD_OUT when no unit is left without looking the key up again
+	// (redislock until 2026-12-06): a twin that waited for the lock while
+	// the first request committed the last unit is told SOLD_OUT, though
+	// its own reservation holds the unit.
+	DoubleCheckStockOnly
 )
 
 func (o Options) wait() time.Duration {
@@ -257,6 +263,7 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
+		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -278,10 +285,11 @@ type Deployment struct {
 	locks    *locker
 	lockOnly bool
 
-	unlockErrorIsBusy bool // Options.Mistake UnlockErrorIsBusy
-	busyWhenLost      bool // Options.Mistake BusyWhenLost
-	waitIsSoldOut     bool // Options.Mistake WaitIsSoldOut
-	sessionRelocks    bool // Options.Mistake SessionRelocks
+	unlockErrorIsBusy    bool // Options.Mistake UnlockErrorIsBusy
+	busyWhenLost         bool // Options.Mistake BusyWhenLost
+	waitIsSoldOut        bool // Options.Mistake WaitIsSoldOut
+	doubleCheckStockOnly bool // Options.Mistake DoubleCheckStockOnly
+	sessionRelocks       bool // Options.Mistake SessionRelocks
 }
 
 var (

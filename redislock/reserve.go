@@ -137,6 +137,9 @@ func (d *Deployment) underLock(ctx context.Context, tx pgx.Tx, req strategy.Requ
 		// A known key comes first, also one committed while this request
 		// waited for the lock: its twin, held open by another attempt, took
 		// the last unit for this very request (REPLAY, not SOLD_OUT).
+		if d.doubleCheckStockOnly {
+			return soldOut, nil
+		}
 		if r, found, err := d.lookup(ctx, tx, req.Key); err != nil || found {
 			if err != nil {
 				return strategy.Result{}, err

@@ -120,6 +120,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAttachBesideAttempt"},
 		{"a process that attaches with the same stock listed in another order, and reserves beside an attempt held open in the first on the last unit of a SKU, sells no more than its total",
 			func(r tester) { checkAttachedInOtherOrder(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAttachedInOtherOrder"},
+		{"the twin of a request for a SKU's last unit, held on its way to Redis until the request has committed, answers REPLAY (a known key first), never SOLD_OUT",
+			func(r tester) { checkTwinBehindRedis(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTwinBehindRedis"},
 		{"a late payment or a release of a due reservation, held in PostgreSQL once it has locked the row while the expiry job runs, then committed, leaves the reservation CONFIRMED or RELEASED: the job, which waited for the row or skipped it, moves nothing and gives nothing back for it",
 			func(r tester) { checkJobBehindTransition(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkJobBehindTransition"},
 		{"an expiry job held open and rolled back moves nothing and gives nothing back; committed, it returns each unit once",
