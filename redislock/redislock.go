@@ -96,6 +96,12 @@ const (
 	// the first request committed the last unit is told SOLD_OUT, though
 	// its own reservation holds the unit.
 	DoubleCheckStockOnly
+	// PreCheckStockOnly: the unlocked pre-check answers SOLD_OUT when it
+	// reads no unit left without looking the key up again: a twin that read
+	// its key before the first request committed the last unit, and the
+	// stock after, is told SOLD_OUT, though its own reservation holds the
+	// unit (outsider round 29's rl1).
+	PreCheckStockOnly
 )
 
 func (o Options) wait() time.Duration {
@@ -263,7 +269,7 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
-		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly,
+		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -289,6 +295,7 @@ type Deployment struct {
 	busyWhenLost         bool // Options.Mistake BusyWhenLost
 	waitIsSoldOut        bool // Options.Mistake WaitIsSoldOut
 	doubleCheckStockOnly bool // Options.Mistake DoubleCheckStockOnly
+	preCheckStockOnly    bool // Options.Mistake PreCheckStockOnly
 	sessionRelocks       bool // Options.Mistake SessionRelocks
 }
 

@@ -114,6 +114,9 @@ func (d *Deployment) beforeLock(ctx context.Context, q pgstrategy.Querier, req s
 		return strategy.Result{}, true, fmt.Errorf("check available: %w", err)
 	}
 	if available <= 0 {
+		if d.preCheckStockOnly {
+			return soldOut, true, nil // the mistake
+		}
 		// The key again: its owner may have committed between the two
 		// reads, taking the last unit for this very request.
 		if r, found, err := d.lookup(ctx, q, req.Key); err != nil || found {

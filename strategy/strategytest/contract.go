@@ -170,6 +170,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) {
 				fresh.judge(r, fresh.unconserved, "the earlier database's count kept", "the fresh database on the same resources was not checked")
 			}, strategy.Conserves, "checkFreshDatabase"},
+		{"the twin of a request for a SKU's last unit, made to wait in PostgreSQL at its first read of each table in turn while the request commits, answers REPLAY (a known key first), never SOLD_OUT",
+			func(r tester) { checkTwinBehindTableLock(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTwinBehindTableLock"},
 		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
 			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkAuditOneSnapshot"},
 		{"two SKUs are two stocks however alike their names: SKUs whose CRC-32, CRC-32C, FNV or String.hashCode are equal, and two of the longest length that differ in the last byte, each sell exactly their own total",
