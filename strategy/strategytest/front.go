@@ -267,6 +267,15 @@ func (f *front) reserve(ctx context.Context, req strategy.Request) (httpAnswer, 
 		return httpAnswer{}, err
 	}
 	hr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	// The request is idempotent by its key, and saying so lets the client
+	// send it again on a new connection when the one it took from its idle
+	// pool turns out closed: a connection dialled for a request that then
+	// went out on another sat unused, and the server closes such a
+	// connection after its ReadHeaderTimeout (5 s). A POST sent on it as the
+	// server closed it was lost with "connection reset by peer" (CI, under
+	// the race detector: 2 of http-admission's 120 clients, 5.1 and 7.7 s
+	// into the trial); net/http resends only what it knows is replayable.
+	hr.Header.Set("Idempotency-Key", req.Key)
 	resp, err := f.client.Do(hr)
 	if err != nil {
 		return httpAnswer{}, err
