@@ -183,6 +183,13 @@ type Options struct {
 	// waits on the per-user index (no row yet) is answered SOLD_OUT while
 	// that attempt goes on to hold.
 	SoldOutProbesKeyOnly bool
+	// SessionSkipsHint is a deliberate mistake, for the negative controls
+	// of table 28-1 only (memquota until 2026-12-06): an attempt held open
+	// on a node with no unit waits for the key's row alone (probeSQL), not
+	// for an insert of the key that holds its hint, as SoldOutProbesKeyOnly
+	// does for every request: a resend inside an attempt held open is
+	// answered SOLD_OUT while its first copy waits on the per-user index.
+	SessionSkipsHint bool
 	// HintWaitBounded is a deliberate mistake, for the negative controls of
 	// table 28-1 only: a node with no unit waits for an insert of the key
 	// in flight at most hintWaitBound ("an insert is a millisecond's work;

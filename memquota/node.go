@@ -270,9 +270,23 @@ func answer(req strategy.Request, r strategy.Reservation, otherwise strategy.Out
 // unless an insert of the key holds it (insertSQL); only then does it wait
 // for that insert's transaction to end (awaitHintSQL: the insert may still
 // be waiting for its user, with no row to wait for) and probe (probeSQL),
-// which waits for exactly the rows in flight. An attempt held open always
-// probes, and only probes: its transaction would keep the exclusive lock.
+// which waits for exactly the rows in flight. An attempt held open skips
+// lookupTry, whose exclusive lock its transaction would keep, and waits for
+// the hint in awaitHint's slices, each in a savepoint rolled back with its
+// lock; until 2026-12-06 it only probed, and a resend inside an attempt
+// held open, on a node with no unit, was told SOLD_OUT while its first
+// copy waited on the per-user index with no row yet (the kit's
+// checkResendBehindUser; Options.SessionSkipsHint).
 func (n *node) soldOut(ctx context.Context, q querier, req strategy.Request, held bool) (strategy.Result, error) {
+	if held && !n.d.opts.SessionSkipsHint && !n.d.opts.SoldOutProbesKeyOnly {
+		r, err := awaitHint(ctx, q, req.Key, n.d.opts.HintWaitBounded)
+		if err != nil {
+			return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+		}
+		if r.Status != strategy.StatusNotFound {
+			return answer(req, r, strategy.OutcomeSoldOut), nil
+		}
+	}
 	if !held {
 		r, free, err := lookupTry(ctx, q, req.Key)
 		if err != nil {

@@ -138,7 +138,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkJoinedText"},
 		{"two requests in flight at once whose key and user joined with ':' read the same (K:1 by u, K by 1:u), each behind its twin held open, get each its own answer",
 			func(r tester) { checkJoinedTextInFlight(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkJoinedTextInFlight"},
-		{"a request that waits behind its user's attempt held open, sent again through a node with no unit of the SKU (of the same process, and of a second one that attached), is one request: once the attempt rolls back, one HELD and one REPLAY, never SOLD_OUT",
+		{"a request that waits behind its user's attempt held open, sent again through a node with no unit of the SKU (of the same process, of a second one that attached, and inside an attempt held open there), is one request: once the attempt rolls back, one HELD and one REPLAY, never SOLD_OUT",
 			func(r tester) { checkResendBehindUser(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkResendBehindUser"},
 		{"a SKU of 1 unit reserved and released by one process, then by a second that attached, whose release is cut once the server ran it, sells 1 unit again: the second settles only its own",
 			func(r tester) { checkCutReleaseInNewProcess(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkCutReleaseInNewProcess"},

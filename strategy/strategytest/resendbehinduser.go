@@ -34,13 +34,28 @@ import (
 // then of a second process that attached (Meta.Attach): a node that finds
 // the key in flight by a lock id of its own process's making (a hash seeded
 // at start) sees nothing of the first process's insert (outsider round 18).
+//
+// Last, the resend goes inside an attempt held open on node 1: a node
+// whose session path answered SOLD_OUT from its count without waiting for
+// the key, where its plain path waited, passed every check that sent the
+// resend as a plain request (outsider round 29's mq2).
 func checkResendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	resendBehindUser(t, meta, db, admin, rs, false, 0)
+	resendBehindUser(t, meta, db, admin, rs, resendPlain, 0)
 	if meta.Attach != nil {
-		resendBehindUser(t, meta, db, admin, rs, true, 0)
+		resendBehindUser(t, meta, db, admin, rs, resendAttached, 0)
 	}
+	resendBehindUser(t, meta, db, admin, rs, resendInSession, 0)
 }
+
+// resendVia is where resendBehindUser sends the resend.
+type resendVia int
+
+const (
+	resendPlain     resendVia = iota // node 1 of the same process
+	resendAttached                   // node 1 of a second process that attached
+	resendInSession                  // an attempt held open on node 1, committed once answered
+)
 
 // checkResendOutlastsTimeouts is checkResendBehindUser's first pass with
 // the user's attempt held open outlastAtLeast after the resend is seen
@@ -53,7 +68,7 @@ func checkResendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 // earlier does not pay the hold.
 func checkResendOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
-	resendBehindUser(t, meta, db, admin, rs, false, min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost))
+	resendBehindUser(t, meta, db, admin, rs, resendPlain, min(max(outlastAtLeast, pgtest.LongestTimeoutSet(db)+time.Second), outlastAtMost))
 }
 
 // resendBehindUser is one pass of checkResendBehindUser: the resend goes
@@ -63,11 +78,12 @@ func checkResendOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpoo
 // used, so a strategy that counts stock in a node's memory still has one
 // live process a node. Once the resend is seen waiting, the attempt is
 // held hold longer, unless the resend answers first.
-func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, attached bool, hold time.Duration) {
+func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, via resendVia, hold time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+hold)
 	defer cancel()
-	where := map[bool]string{false: "node 1", true: "node 1 of a second process that attached"}[attached]
+	attached := via == resendAttached
+	where := map[resendVia]string{resendPlain: "node 1", resendAttached: "node 1 of a second process that attached", resendInSession: "an attempt held open on node 1"}[via]
 	sku := kitSKU("resend-user")
 	cfg := strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 3, Shares: []int{3, 0}}}}
 	dep, err := meta.Open(ctx, cfg)
@@ -102,7 +118,16 @@ func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 		<-first
 		t.Skip("a request of a user whose attempt of the SKU is held open does not wait for it in PostgreSQL")
 	}
-	resend := reserveAsync(ctx, &box, other.Node(1), req)
+	var to reserver = other.Node(1)
+	var resendSession strategy.Session
+	if via == resendInSession {
+		if resendSession, err = other.Node(1).(strategy.SessionOpener).OpenSession(ctx); err != nil {
+			t.Fatalf("OpenSession on node 1: %v", err)
+		}
+		defer func() { _ = resendSession.Rollback(context.Background()) }()
+		to = resendSession
+	}
+	resend := reserveAsync(ctx, &box, to, req)
 	// A resend that waits outside PostgreSQL (in a node's memory, in Redis)
 	// is not seen; after resendSeenWithin the attempt rolls back all the
 	// same, and the answers are judged as they come.
@@ -131,10 +156,21 @@ func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 	if err := attempt.Rollback(ctx); err != nil {
 		t.Fatalf("Rollback of the attempt held open: %v", err)
 	}
-	a1, a2 := <-first, <-resend
 	held := func(a answer) bool {
 		return a.err == nil && (a.res.Outcome == strategy.OutcomeHeld || a.res.Outcome == strategy.OutcomeReplay)
 	}
+	a2 := <-resend
+	if resendSession != nil {
+		// Its answer first: the first request may wait for what it wrote.
+		end := resendSession.Rollback
+		if held(a2) {
+			end = resendSession.Commit
+		}
+		if err := end(ctx); err != nil && !abortedByConflict(err) {
+			t.Fatalf("the resend's attempt held open on node 1, answered %s: Commit or Rollback: %v", a2.res.Outcome, err)
+		}
+	}
+	a1 := <-first
 	refused := func(a answer) bool {
 		return a.err == nil && !held(a) && a.res.Outcome != strategy.OutcomeBusy
 	}
