@@ -28,6 +28,7 @@ type localCluster struct {
 	cred  *syscall.Credential // set when running as root: the postgres user
 	guard *exec.Cmd
 	pipe  io.WriteCloser // closing it (or dying) tells the guard to clean up
+	env   []string       // the server's extra environment (Options.ClockAhead)
 }
 
 const socketPort = 5432
@@ -120,7 +121,7 @@ func startLocal(ctx context.Context, opts Options) (_ *localCluster, err error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &localCluster{bin: bin, dir: dir, cred: cred}
+	c := &localCluster{bin: bin, dir: dir, cred: cred, env: opts.serverEnv()}
 	if err := c.startGuard(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -251,6 +252,9 @@ func (c *localCluster) run(ctx context.Context, prog string, args ...string) err
 	cmd.Dir = c.dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if filepath.Base(prog) == "pg_ctl" {
+		cmd.Env = append(cmd.Env, c.env...) // the server inherits pg_ctl's
+	}
 	// Its own process group: a Ctrl-C at the terminal must reach the test
 	// process (whose exit makes the guard clean up), not kill the server
 	// half-way through a step.

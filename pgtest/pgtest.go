@@ -71,6 +71,15 @@ type Options struct {
 	MaxConnections int
 	// Settings are extra postgresql.conf lines, e.g. "log_lock_waits = on".
 	Settings []string
+	// ClockAhead runs the server's clock this far ahead of the machine's
+	// (libfaketime preloaded into every server process). libfaketime also
+	// moves the timers PostgreSQL arms for its timeouts by the offset:
+	// statement_timeout, lock_timeout and deadlock_timeout fire that much
+	// late (TestClockAheadServer), so only work that waits on none of them
+	// belongs on such a server. Only a local cluster can do it: Start then
+	// tries neither RESERVEBENCH_DSN nor Docker, and fails with
+	// ErrNoFaketime when the library is missing.
+	ClockAhead time.Duration
 }
 
 // Server is a running PostgreSQL.
@@ -90,6 +99,9 @@ type Server struct {
 
 // Start finds or starts a server, in the order of the package comment.
 func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.ClockAhead != 0 {
+		return startClockAhead(ctx, opts)
+	}
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		s := &Server{Kind: KindDSN, adminDSN: dsn}
 		if err := s.probe(ctx); err != nil {
@@ -268,6 +280,31 @@ func Shared(tb testing.TB) *Server {
 	return shared.srv
 }
 
+// ClockAhead is how far ahead of the machine's clock the server of
+// ClockAheadServer keeps its own: far more than the time a request takes,
+// so that a strategy that mixes the two clocks is seconds off.
+const ClockAhead = 5 * time.Second
+
+// clockAhead is the process's server whose clock runs ClockAhead ahead,
+// started on first use and stopped with the shared server.
+var clockAhead struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// ClockAheadServer returns this process's server whose clock runs
+// ClockAhead ahead of the machine's, starting it on first use. It is
+// stopped by Main after the tests, or by the guard when the process exits.
+func ClockAheadServer(ctx context.Context) (*Server, error) {
+	clockAhead.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		clockAhead.srv, clockAhead.err = Start(ctx, Options{ClockAhead: ClockAhead})
+	})
+	return clockAhead.srv, clockAhead.err
+}
+
 // EnvHelper names the helper-process entry point a test binary re-executed by
 // a test should run instead of its tests (the os/exec test pattern).
 const EnvHelper = "RESERVEBENCH_HELPER"
@@ -303,6 +340,14 @@ func Main(m *testing.M) {
 		os.Exit(fn())
 	}
 	code := m.Run()
+	if clockAhead.srv != nil {
+		if err := clockAhead.srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
 	if shared.srv != nil {
 		if err := shared.srv.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)

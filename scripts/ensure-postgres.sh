@@ -1,8 +1,9 @@
 #!/bin/sh
 # Makes sure the tests can get a PostgreSQL: a server named by
-# RESERVEBENCH_DSN, or local binaries (initdb, pg_ctl, postgres, pgbench).
-# On Debian/Ubuntu it installs the `postgresql` package when they are
-# missing (as root, or through sudo). It never starts a server: the tests
+# RESERVEBENCH_DSN, or local binaries (initdb, pg_ctl, postgres, pgbench)
+# and libfaketime (the kit's checkClockAhead runs a server whose clock is
+# ahead of the machine's). On Debian/Ubuntu it installs the `postgresql`
+# and `libfaketime` packages when they are missing (as root, or through sudo). It never starts a server: the tests
 # start their own throwaway clusters (pgtest).
 set -eu
 
@@ -17,7 +18,17 @@ have_bins() {
   command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 && command -v postgres >/dev/null 2>&1
 }
 
-if have_bins; then
+have_faketime() {
+  for f in "${RESERVEBENCH_FAKETIME:-}" /usr/lib/*-linux-gnu/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do
+    [ -n "$f" ] && [ -f "$f" ] && return 0
+  done
+  return 1
+}
+
+pkgs=""
+have_bins || pkgs=" postgresql"
+have_faketime || pkgs="$pkgs libfaketime"
+if [ -z "$pkgs" ]; then
   exit 0
 fi
 
@@ -25,15 +36,17 @@ if command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then
     if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-      echo "ensure-postgres: PostgreSQL binaries are missing and installing them needs root: run 'apt-get install -y postgresql' as root, or set RESERVEBENCH_DSN" >&2
+      echo "ensure-postgres: missing$pkgs, and installing needs root: run 'apt-get install -y$pkgs' as root, or set RESERVEBENCH_DSN" >&2
       exit 1
     fi
   fi
-  echo "ensure-postgres: installing PostgreSQL (apt-get install -y postgresql)" >&2
+  echo "ensure-postgres: installing$pkgs (apt-get install -y$pkgs)" >&2
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
-  have_bins && exit 0
+  # shellcheck disable=SC2086 # a list of package names
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $pkgs >&2
+  have_bins && have_faketime && exit 0
 fi
 
-echo "ensure-postgres: no PostgreSQL binaries found. Install them (Debian: apt-get install -y postgresql; macOS: brew install postgresql), point RESERVEBENCH_PG_BINDIR at them, or set RESERVEBENCH_DSN to a server." >&2
+have_bins || echo "ensure-postgres: no PostgreSQL binaries found. Install them (Debian: apt-get install -y postgresql; macOS: brew install postgresql), point RESERVEBENCH_PG_BINDIR at them, or set RESERVEBENCH_DSN to a server." >&2
+have_faketime || echo "ensure-postgres: libfaketime not found (Debian: apt-get install -y libfaketime), or point RESERVEBENCH_FAKETIME at libfaketime.so.1." >&2
 exit 1

@@ -132,6 +132,14 @@ const (
 	// confirmEarly: ConfirmBeforeExpiry compares expires_at with now()
 	// plus two seconds: a payment in the last two seconds is refused.
 	confirmEarly
+	// expireByAppClock: the expiry job compares expires_at, stamped by the
+	// database's clock, with the application's (a parameter, time.Now()):
+	// with the database's clock ahead, due reservations are left HELD.
+	expireByAppClock
+	// confirmByAppClock: ConfirmBeforeExpiry compares expires_at, stamped
+	// by the database's clock, with the application's: with the database's
+	// clock ahead, a late payment is accepted.
+	confirmByAppClock
 	// stockOffByOne: Open loads a stock of n as n+1 units, total and
 	// available both, so the audit, reading the same row, agrees with it.
 	stockOffByOne
@@ -1090,6 +1098,8 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	case mode != strategy.ConfirmBeforeExpiry || n.c.breaks == confirmIgnoresExpiry:
 	case n.c.breaks == confirmEarly:
 		status += ` AND expires_at >= now() + interval '2 seconds'`
+	case n.c.breaks == confirmByAppClock:
+		status += ` AND expires_at >= $3::timestamptz`
 	case n.c.breaks == confirmSkew:
 		status += ` AND expires_at >= now() + interval '50 milliseconds'`
 	case n.c.breaks == confirmGrace:
@@ -1104,7 +1114,11 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if n.c.breaks == confirmCart {
 		where = `user_id = (SELECT user_id FROM {reservation} WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD')`
 	}
-	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE `+where+` AND sku = ANY($2) `+status), key, n.c.skus)
+	args := []any{key, n.c.skus}
+	if strings.Contains(status, "$3") {
+		args = append(args, time.Now()) // confirmByAppClock
+	}
+	tag, err := n.c.db.Exec(ctx, n.c.t.q(`UPDATE {reservation} SET status = 'CONFIRMED' WHERE `+where+` AND sku = ANY($2) `+status), args...)
 	if n.c.breaks == confirmCart && tag.RowsAffected() > 1 {
 		return true, err // the key's own row was among them
 	}
@@ -1296,6 +1310,12 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 		due = `now() + interval '50 milliseconds'`
 	case expireLag:
 		due = `now() - interval '500 milliseconds'`
+	case expireByAppClock:
+		due = `$2::timestamptz`
+	}
+	args := []any{c.skus}
+	if c.breaks == expireByAppClock {
+		args = append(args, time.Now())
 	}
 	batch := ""
 	if c.breaks == expireWindow {
@@ -1314,7 +1334,7 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 			WHERE `+scope+` AND status IN (`+statuses+`) AND expires_at < `+due+batch+` RETURNING sku),
 		per AS (SELECT sku, count(*) AS n FROM moved GROUP BY sku),
 		upd AS (UPDATE {stock} s SET available = s.available + per.n FROM per WHERE s.sku = per.sku RETURNING per.n)
-		SELECT coalesce(sum(n), 0) FROM upd`), c.skus).Scan(&units)
+		SELECT coalesce(sum(n), 0) FROM upd`), args...).Scan(&units)
 	return units, err
 }
 
