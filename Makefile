@@ -5,7 +5,7 @@ GO ?= go
 
 all: test
 
-## deps: install PostgreSQL and redis-server binaries when missing (Debian: apt-get install -y postgresql redis-server)
+## deps: install PostgreSQL, libfaketime and redis-server when missing (Debian: apt-get install -y postgresql libfaketime redis-server)
 deps:
 	@./scripts/ensure-postgres.sh
 	@./scripts/ensure-redis.sh
