@@ -289,6 +289,14 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	if d.closed.Load() {
 		return fmt.Errorf("memquota: restart node %d: %w", i, strategy.ErrNodeClosed)
 	}
+	if d.opts.Restart == FromLog && !d.opts.RestartSkipsOrphans {
+		// The node's units in doubt are inserts whose client gave up: their
+		// backends may still commit, after a recount that would count the
+		// unit free (the kit's checkRestartBesideOrphan).
+		if err := pgstrategy.AwaitBackendsDone(ctx, d.db, d.nodes[i].Load().doubtPIDs()); err != nil {
+			return fmt.Errorf("memquota: restart node %d: %w", i, err)
+		}
+	}
 	nd, err := d.start(ctx, i, true)
 	if err != nil && d.opts.RestartFallsBack {
 		nd, err = d.startFromTotals(i), nil // the mistake

@@ -210,6 +210,12 @@ type Options struct {
 	// the cart's uncommitted unit as free, and the rollback counts it
 	// again.
 	CartGivesToLive bool
+	// RestartSkipsOrphans is a deliberate mistake, for the negative
+	// controls of table 28-1 only (memquota-recover until 2026-12-06): a
+	// FromLog restart recounts the log without waiting for the backends of
+	// the node's units in doubt, so an insert whose client gave up and
+	// whose COMMIT lands after the recount has its unit sold again.
+	RestartSkipsOrphans bool
 	// RestartCarriesDoubts is a deliberate mistake, for the negative
 	// controls of table 28-1 only: a restart hands the node's units in
 	// doubt on to the restarted node ("a row that did commit must never be

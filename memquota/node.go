@@ -74,6 +74,17 @@ type doubt struct {
 	attempt int64  // the row's attempt column, if it committed
 }
 
+// doubtPIDs returns the backends of the node's units in doubt.
+func (n *node) doubtPIDs() []int32 {
+	n.dmu.Lock()
+	defer n.dmu.Unlock()
+	pids := make([]int32, 0, len(n.doubts))
+	for _, d := range n.doubts {
+		pids = append(pids, int32(d.pid))
+	}
+	return pids
+}
+
 func (n *node) addDoubt(d doubt) {
 	n.dmu.Lock()
 	n.doubts = append(n.doubts, d)

@@ -207,6 +207,11 @@ const (
 	// nothing was reserved while a row holds the unit, its unit counted
 	// free as well.
 	InsertLostIsBusy
+	// RestartSkipsOrphans: a KeepRecover restart recounts without waiting
+	// for the backends of the node's inserts whose outcome is unknown
+	// (rediscounter-recover until 2026-12-06): an insert whose client gave
+	// up and whose COMMIT lands after the recount has its unit sold again.
+	RestartSkipsOrphans
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded
@@ -359,7 +364,7 @@ func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Cli
 
 func newDeployment(cfg strategy.Config, opts Options, rdb *redis.Client) *Deployment {
 	d := &Deployment{db: cfg.DB, rdb: rdb, keep: opts.keep(), mistake: opts.Mistake, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), nodes: cfg.NodeCount(),
-		inFlight: make([]sync.RWMutex, cfg.NodeCount())}
+		inFlight: make([]sync.RWMutex, cfg.NodeCount()), orphans: make([]orphans, cfg.NodeCount())}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -380,6 +385,38 @@ type Deployment struct {
 	// inFlight[i] is held shared by node i's reservations and exclusively
 	// by its restart, which recounts only once they have ended.
 	inFlight []sync.RWMutex
+	// orphans[i] are the backends of node i's inserts whose outcome is
+	// unknown (the client gave up, the connection broke): a KeepRecover
+	// restart waits for them before it recounts, since each may still
+	// commit its row.
+	orphans []orphans
+}
+
+// orphans is a set of backend pids, safe for concurrent use.
+type orphans struct {
+	mu   sync.Mutex
+	pids map[int32]struct{}
+}
+
+func (o *orphans) add(pid int32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pids == nil {
+		o.pids = map[int32]struct{}{}
+	}
+	o.pids[pid] = struct{}{}
+}
+
+// take empties the set and returns what it held.
+func (o *orphans) take() []int32 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]int32, 0, len(o.pids))
+	for pid := range o.pids {
+		out = append(out, pid)
+	}
+	o.pids = nil
+	return out
 }
 
 var (
@@ -433,6 +470,13 @@ func (d *Deployment) Restart(ctx context.Context, i int) error {
 	}
 	if err := d.Handles.Restart(ctx, i); err != nil {
 		return err
+	}
+	if pids := d.orphans[i].take(); d.mistake != RestartSkipsOrphans {
+		// The kit's checkRestartBesideOrphan: an insert whose client gave
+		// up may commit after a recount that counted its unit free.
+		if err := pgstrategy.AwaitBackendsDone(ctx, d.db, pids); err != nil {
+			return fmt.Errorf("%s: restart node %d: %w", Name, i, err)
+		}
 	}
 	for _, sku := range d.skus {
 		if err := d.load(ctx, sku, true, node); err != nil {

@@ -88,7 +88,14 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 		return strategy.Result{}, errDied
 	}
 	var expires time.Time
-	err = d.db.QueryRow(ctx, sqlInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&expires)
+	conn, err := d.db.Acquire(ctx)
+	if err != nil {
+		// The unit is taken and marked for this key: a resend inserts it.
+		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
+	}
+	pid := conn.Conn().PgConn().PID()
+	err = conn.QueryRow(ctx, sqlInsert, req.Key, req.User, req.SKU, req.TTL.Microseconds()).Scan(&expires)
+	conn.Release()
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -130,6 +137,10 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake: the insert may have committed
 	default:
 		// The unit is taken and marked for this key: a resend inserts it.
+		// The backend may still commit the row (a restart waits for it).
+		if !errors.As(err, &pgErr) {
+			d.orphans[i].add(int32(pid))
+		}
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
 	}
 }

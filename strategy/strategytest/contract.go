@@ -148,6 +148,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkResendGivenUpThenRestarted(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkResendGivenUpThenRestarted"},
 		{"where survives-restart is claimed, a node that restarts after a Release, then an expiry job, of its reservation committed and before the call had its answer sells the unit once",
 			func(r tester) { checkRestartBeforeAnswer(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBeforeAnswer"},
+		{"a node restarted while a request it gave up on is still committing (its cancel lost) oversells nothing: after that COMMIT goes through, a SKU of one unit has at most one active reservation",
+			func(r tester) { checkRestartBesideOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBesideOrphan"},
 		{"where survives-restart is claimed, two attempts held open on a node while it restarts, then one rolled back and one committed, leave each SKU selling its unit once",
 			func(r tester) { checkSessionAcrossRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkSessionAcrossRestart"},
 		{"three requests for a SKU reach a node while their writes wait, and the callers of the first two give up: the third, whose caller did not, gets HELD (or BUSY), not an error",

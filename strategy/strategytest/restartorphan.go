@@ -1,0 +1,149 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkRestartBesideOrphan: a node restarted while a request it gave up on
+// is still committing oversells nothing. The request for a SKU's only unit
+// is held at its COMMIT (holdCommitNaming, seen in pg_locks); its client
+// gives up and the cancel is lost on the way (the deployment's pool goes
+// through a proxy that drops it), so the node answers an error and its
+// backend goes on; node 0 restarts; then the COMMIT goes through. A node
+// that recounts the log at restart without waiting for the backends of the
+// requests whose outcome it does not know counts the unit free, and sells
+// it again once the orphan has committed (memquota-recover until
+// 2026-12-06: two active reservations for one unit). Restart may wait for
+// the orphan: the hold is let go once Restart has returned, or after
+// besideWithin, whichever comes first; the orphan's backend is then waited
+// out (pg_stat_activity), and the SKU sold to SOLD_OUT.
+func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	if !meta.Claims.Has(strategy.SurvivesRestart) {
+		t.Skip("survives-restart is not claimed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer closeBoth()
+	sku := kitSKU("restart-orphan")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	restarter, ok := dep.(strategy.Restarter)
+	if !ok {
+		t.Skip("no Restart (strategy.Restarter)")
+	}
+	req := strategy.Request{Key: "kit-orphan-" + sku, User: "kit-orphan-" + sku, SKU: sku, TTL: time.Hour}
+	hold, err := holdCommitNaming(ctx, admin, req.Key)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	defer hold.removeOrReport(t)
+	p.LoseCancels(true)
+	reqCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	var box panicBox
+	done := reserveAsync(reqCtx, &box, dep.Node(0), req)
+	pid, err := awaitWaiter(ctx, hold, done, besideWithin)
+	if err != nil {
+		t.Fatalf("Reserve %q held at its COMMIT: %v", req.Key, err)
+	}
+	if pid == 0 {
+		a := <-done
+		box.rethrow()
+		t.Skip(fmt.Sprintf("a request was answered (%s, %v) without being seen at a COMMIT after writing a row naming its key: no orphan to make", a.res.Outcome, a.err))
+	}
+	giveUp()
+	first := <-done
+	box.rethrow()
+	// Cancels stay lost: pgx sends the one for the request given up on in
+	// the background, maybe after Reserve has returned.
+	restarted := make(chan error, 1)
+	go func() { restarted <- restarter.Restart(ctx, 0) }()
+	timer := time.NewTimer(besideWithin) // a bound: only says Restart waits for the orphan
+	var restartErr error
+	waited := false
+	select {
+	case restartErr = <-restarted:
+	case <-timer.C:
+		waited = true
+	}
+	timer.Stop()
+	hold.release()
+	if waited {
+		restartErr = <-restarted
+	}
+	if restartErr != nil {
+		t.Fatalf("Restart of node 0 while the request it gave up on (%v) was held at its COMMIT: %v", first.err, restartErr)
+	}
+	if err := awaitBackendDone(ctx, admin, pid); err != nil {
+		t.Fatalf("the orphan's backend %d: %v", pid, err)
+	}
+	orphan, err := dep.Node(0).Lookup(ctx, req.Key)
+	if err != nil {
+		t.Fatalf("Lookup %q: %v", req.Key, err)
+	}
+	sold := 0
+	if orphan.Status.Active() {
+		sold++
+	}
+	for i := range 3 {
+		more := strategy.Request{Key: fmt.Sprintf("kit-orphan-after-%d-%s", i, sku), User: fmt.Sprintf("kit-orphan-after-%d", i), SKU: sku, TTL: time.Hour}
+		res, err := reserveUnlessBusy(ctx, dep.Node(0), more)
+		if err != nil {
+			t.Fatalf("Reserve %q after the restart: %v", more.Key, err)
+		}
+		if res.Outcome == strategy.OutcomeHeld {
+			sold++
+		}
+		if res.Outcome == strategy.OutcomeSoldOut {
+			break
+		}
+	}
+	if sold > 1 {
+		t.Errorf("a SKU of 1 unit: %d reservations active after node 0 restarted while the request it gave up on (answered %v) was held at its COMMIT, which then went through (%s; Restart waited for it: %v); want at most 1",
+			sold, first.err, orphan.Status, waited)
+	}
+	audit, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, st := range audit {
+		if st.SKU == sku && (st.Active > st.Total || st.Drift() != 0) {
+			t.Errorf("audit after the orphan committed beside the restart: total %d, available %d, active %d; want drift 0 and no more active than the total", st.Total, st.Available, st.Active)
+		}
+	}
+}
+
+// awaitBackendDone waits until backend pid is gone or idle: its
+// transaction has ended.
+func awaitBackendDone(ctx context.Context, admin *pgxpool.Pool, pid int32) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var busy bool
+		if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state IS DISTINCT FROM 'idle')`, pid).Scan(&busy); err != nil {
+			return err
+		}
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still in a transaction: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
