@@ -95,33 +95,11 @@ func checkAuditOneSnapshot(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 // once Audit waits (or has answered), and returns Audit's answer and
 // whether it was seen waiting.
 func auditBehindTableLock(ctx context.Context, dep strategy.Deployment, admin *pgxpool.Pool, commit func(context.Context) error, table string) ([]strategy.StockAudit, bool, error) {
-	conn, err := admin.Acquire(ctx)
+	lock, err := requestTableLock(ctx, admin, table)
 	if err != nil {
 		return nil, false, err
 	}
-	defer conn.Release()
-	var adminPID int32
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&adminPID); err != nil {
-		return nil, false, err
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	locked := make(chan error, 1)
-	go func() {
-		_, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
-		locked <- err
-	}()
-	// The request is granted, or queued behind the session.
-	if err := awaitAnswerOr(ctx, locked, func() (bool, error) {
-		var n int
-		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'relation' AND mode = 'AccessExclusiveLock' AND relation = $2::regclass`, adminPID, table).Scan(&n)
-		return n > 0, err
-	}); err != nil {
-		return nil, false, err
-	}
+	defer lock.close(ctx)
 	type audited struct {
 		list []strategy.StockAudit
 		err  error
@@ -131,17 +109,14 @@ func auditBehindTableLock(ctx context.Context, dep strategy.Deployment, admin *p
 		l, err := dep.Audit(ctx)
 		done <- audited{l, err}
 	}()
-	blocked, err := awaitAnswerOrBlocked(ctx, admin, adminPID, done)
+	blocked, err := awaitAnswerOrBlocked(ctx, admin, lock.pid, done)
 	if err != nil {
 		return nil, false, err
 	}
 	if err := commit(ctx); err != nil {
 		return nil, blocked, err
 	}
-	if err := <-locked; err != nil {
-		return nil, blocked, fmt.Errorf("LOCK TABLE %s: %w", table, err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := lock.letGo(ctx); err != nil {
 		return nil, blocked, err
 	}
 	a := <-done

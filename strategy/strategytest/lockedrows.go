@@ -92,14 +92,7 @@ func awaitAnswerOrBlockedByAny[A any](ctx context.Context, admin *pgxpool.Pool, 
 // awaitAnswerOrBlocked reports whether some backend waited for holder
 // before done delivered an answer (done is left for the caller to read).
 func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {
-	blocked := false
-	err := awaitAnswerOr(ctx, done, func() (bool, error) {
-		var n int
-		err := admin.QueryRow(ctx, sqlBlockedBy, holder).Scan(&n)
-		blocked = n > 0
-		return blocked, err
-	})
-	return blocked, err
+	return awaitAnswerOrBlockedByAny(ctx, admin, []uint32{uint32(holder)}, done)
 }
 
 // awaitAnswerOr polls seen every millisecond until it reports true or done

@@ -102,35 +102,14 @@ func checkTwinBehindTableLock(t tester, meta strategy.Meta, db, admin *pgxpool.P
 // (or has answered), lets the table go and returns the twin's answer and
 // whether it was seen waiting before the commit.
 func twinBehindTableLock(ctx context.Context, node strategy.Strategy, admin *pgxpool.Pool, attempt heldAttempt, pids []uint32, table string, req strategy.Request) (answer, bool, error) {
-	conn, err := admin.Acquire(ctx)
+	lock, err := requestTableLock(ctx, admin, table)
 	if err != nil {
 		return answer{}, false, err
 	}
-	defer conn.Release()
-	var adminPID int32
-	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&adminPID); err != nil {
-		return answer{}, false, err
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return answer{}, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	locked := make(chan error, 1)
-	go func() {
-		_, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE")
-		locked <- err
-	}()
-	if err := awaitAnswerOr(ctx, locked, func() (bool, error) {
-		var n int
-		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'relation' AND mode = 'AccessExclusiveLock' AND relation = $2::regclass`, adminPID, table).Scan(&n)
-		return n > 0, err
-	}); err != nil {
-		return answer{}, false, err
-	}
+	defer lock.close(ctx)
 	var box panicBox
 	done := reserveAsync(ctx, &box, node, req)
-	blocked, err := awaitAnswerOrBlockedByAny(ctx, admin, append(pids, uint32(adminPID)), done)
+	blocked, err := awaitAnswerOrBlockedByAny(ctx, admin, append(pids, uint32(lock.pid)), done)
 	if err != nil {
 		return answer{}, false, err
 	}
@@ -139,10 +118,7 @@ func twinBehindTableLock(ctx context.Context, node strategy.Strategy, admin *pgx
 	} else if err != nil {
 		return answer{}, blocked, fmt.Errorf("commit of the request: %w", err)
 	}
-	if err := <-locked; err != nil {
-		return answer{}, blocked, fmt.Errorf("LOCK TABLE %s: %w", table, err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := lock.letGo(ctx); err != nil {
 		return answer{}, blocked, err
 	}
 	a := <-done
