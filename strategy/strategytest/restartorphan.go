@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,7 +48,9 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 	}
 	req := strategy.Request{Key: "kit-orphan-" + sku, User: "kit-orphan-" + sku, SKU: sku, TTL: time.Hour}
 	hold, err := holdCommitNaming(ctx, admin, req.Key)
-	if err != nil {
+	if errors.Is(err, errNoTables) {
+		t.Skip("the strategy keeps no tables in PostgreSQL: no commit to hold")
+	} else if err != nil {
 		t.Fatalf("%v", err)
 	}
 	defer hold.removeOrReport(t)
