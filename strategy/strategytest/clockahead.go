@@ -23,7 +23,10 @@ import (
 // once, and at about 1.5T after they were made, ConfirmBeforeExpiry must
 // refuse one of TTL T and accept one of 3T, and the expiry job must move
 // exactly those of TTL T. A strategy that keeps to one clock, whichever,
-// does so whatever the two clocks read; one that mixes them is 5 s off. If
+// does so whatever the two clocks read; one that mixes them is 5 s off.
+// Each HELD answer's expires_at must also be the one Lookup reads, to a
+// second: an answer computed by the other clock tells the client another
+// deadline than the one the strategy keeps. If
 // the reservations took too long to make for the window between T and 3T
 // on a loaded machine, a round with a longer T runs. Nothing here waits on
 // a lock or a timeout (on that server they fire 5 s late: pgtest's
@@ -62,6 +65,11 @@ func checkClockAhead(t tester, meta strategy.Meta, rs map[strategy.Resource]stri
 	t.Logf("the database's clock %v ahead: the reservations, or the calls on them, took too long on this machine for the window between their TTLs; not judged", pgtest.ClockAhead)
 }
 
+// answerSlack is how far a HELD answer's expires_at may be from the one
+// Lookup reads: a strategy that answers what it stored is microseconds
+// off, one that computes its answer by the other clock 5 s.
+const answerSlack = time.Second
+
 // clockAheadRound holds the reservations of TTL ttl and 3*ttl, acts on them
 // at 1.5*ttl and judges; it reports false when the calls missed the window
 // (nothing judged).
@@ -88,6 +96,7 @@ func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxp
 	if confirms {
 		list = append(list, held{key: "due-paid", ttl: ttl, paid: true}, held{key: "ahead-paid", ttl: 3 * ttl, paid: true})
 	}
+	answered := make([]time.Time, len(list))
 	made := time.Now()
 	for i, h := range list {
 		list[i].key = fmt.Sprintf("kit-clock-%s-%s", h.key, sku)
@@ -95,8 +104,22 @@ func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxp
 		if err != nil || res.Outcome != strategy.OutcomeHeld {
 			t.Fatalf("Reserve %q (TTL %v), the database's clock %v ahead: %s, %v; want HELD", list[i].key, h.ttl, pgtest.ClockAhead, res.Outcome, err)
 		}
+		answered[i] = res.Reservation.ExpiresAt
 	}
 	allMade := time.Now()
+	for i, h := range list {
+		got, err := node.Lookup(ctx, h.key)
+		if err != nil {
+			t.Fatalf("Lookup %q: %v", h.key, err)
+		}
+		if d := got.ExpiresAt.Sub(answered[i]); d > answerSlack || d < -answerSlack {
+			t.Errorf("Reserve %q (TTL %v) answered expires_at %s, Lookup reads %s (%v apart; the database's clock runs %v ahead of the application's): the answer must carry the deadline the strategy keeps",
+				h.key, h.ttl, answered[i].Format(time.RFC3339Nano), got.ExpiresAt.Format(time.RFC3339Nano), d, pgtest.ClockAhead)
+		}
+	}
+	if !allMade.Add(ttl / 2).After(time.Now()) {
+		return false // the look-ups took the window
+	}
 	// By either clock, kept to, the short ones are due from allMade+ttl and
 	// the long ones not before made+3*ttl: act halfway, judge only if the
 	// calls began after the first moment and returned before the second,

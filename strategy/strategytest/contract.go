@@ -201,7 +201,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkHashCollisions(r, t.env.Meta, t.env.DB, rs) }, Base, "checkHashCollisions"},
 		{"the moment expires_at passes, the expiry job moves the reservation and ConfirmBeforeExpiry refuses it",
 			func(r tester) { checkJustPast(r, t.env.Meta, t.env.DB, rs) }, Base, "checkJustPast"},
-		{"with the database's clock 5 s ahead of the application's, ConfirmBeforeExpiry and the expiry job judge expires_at by the clock that stamped it: at 1.5 times a TTL, a reservation of that TTL is refused and expired, one of three times it is confirmed or left HELD",
+		{"with the database's clock 5 s ahead of the application's, a HELD answer carries the expires_at Lookup reads, and ConfirmBeforeExpiry and the expiry job judge expires_at by the clock that stamped it: at 1.5 times a TTL, a reservation of that TTL is refused and expired, one of three times it is confirmed or left HELD",
 			func(r tester) { checkClockAhead(r, t.env.Meta, rs) }, Base, "checkClockAhead"},
 		{"the first Opens on an empty database, six at once, all open",
 			func(r tester) { checkConcurrentFirstOpens(r, t.env.Meta, t.env.Admin, rs) }, Base, "checkConcurrentFirstOpens"},

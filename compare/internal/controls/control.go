@@ -132,6 +132,11 @@ const (
 	// confirmEarly: ConfirmBeforeExpiry compares expires_at with now()
 	// plus two seconds: a payment in the last two seconds is refused.
 	confirmEarly
+	// answerExpiresByAppClock: a HELD answer's ExpiresAt is the
+	// application's clock plus the TTL, while the row's expires_at is the
+	// database's now() plus the TTL: the client is told another deadline
+	// than the one the job keeps.
+	answerExpiresByAppClock
 	// expireByAppClock: the expiry job compares expires_at, stamped by the
 	// database's clock, with the application's (a parameter, time.Now()):
 	// with the database's clock ahead, due reservations are left HELD.
@@ -1035,6 +1040,9 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return strategy.Result{}, err
+	}
+	if c.breaks == answerExpiresByAppClock {
+		expires = time.Now().Add(req.TTL)
 	}
 	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: strategy.Reservation{
 		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: expires}}, nil
