@@ -212,6 +212,12 @@ const (
 	// (rediscounter-recover until 2026-12-06): an insert whose client gave
 	// up and whose COMMIT lands after the recount has its unit sold again.
 	RestartSkipsOrphans
+	// ReloadSkipsOrphans: a KeepRecover counter reloaded from PostgreSQL
+	// after Redis restarted empty is recounted without waiting for the
+	// backends of inserts whose outcome is unknown (rediscounter-recover
+	// until 2026-12-06): such an insert's COMMIT lands after the recount
+	// counted its unit free, and the unit sells twice.
+	ReloadSkipsOrphans
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded
@@ -405,6 +411,18 @@ func (o *orphans) add(pid int32) {
 		o.pids = map[int32]struct{}{}
 	}
 	o.pids[pid] = struct{}{}
+}
+
+// peek returns what the set holds. A pid stays until a restart of its
+// node takes it: a backend done is passed at once by AwaitBackendsDone.
+func (o *orphans) peek() []int32 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]int32, 0, len(o.pids))
+	for pid := range o.pids {
+		out = append(out, pid)
+	}
+	return out
 }
 
 // take empties the set and returns what it held.

@@ -250,6 +250,18 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool, node stri
 	units := d.owns[sku]
 	var pairs []any
 	if d.keep == KeepRecover {
+		if node == "" && d.mistake != ReloadSkipsOrphans {
+			// A counter missing (Redis restarted empty) took every key's
+			// marker with it: an insert of any node whose client gave up
+			// may still commit, after a recount that counted its unit free.
+			var pids []int32
+			for i := range d.orphans {
+				pids = append(pids, d.orphans[i].peek()...)
+			}
+			if err := pgstrategy.AwaitBackendsDone(ctx, d.db, pids); err != nil {
+				return fmt.Errorf("recount %q: %w", sku, err)
+			}
+		}
 		rows, err := d.db.Query(ctx, sqlActive, sku)
 		if err != nil {
 			return fmt.Errorf("recount %q: %w", sku, err)

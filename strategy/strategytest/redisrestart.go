@@ -166,6 +166,12 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	}); err != nil {
 		return err
 	}
+	// Its own SKU and deployment, and one more empty restart before this
+	// deployment has sent anything since the last: the steps below find
+	// Redis as they would have.
+	if err := t.orphanAcrossWipe(ctx, srv); err != nil {
+		return err
+	}
 	if err := t.limitTakesNothing(ctx, sku); err != nil {
 		return err
 	}
