@@ -123,6 +123,15 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, fmt.Errorf("memquota: attach: %w", err)
 	}
+	if opts.Restart == FromLog && !opts.AttachSkipsOrphans {
+		// A predecessor that died may have left inserts at their COMMIT:
+		// counted before they land, their units would be sold twice (the
+		// kit's checkAttachBesideOrphan). Its units in doubt died with it,
+		// so the successor waits for every statement writing to the log.
+		if err := pgstrategy.AwaitWritersDone(ctx, cfg.DB, "memquota_sale"); err != nil {
+			return nil, fmt.Errorf("memquota: attach: %w", err)
+		}
+	}
 	return start(ctx, cfg, opts)
 }
 

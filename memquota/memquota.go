@@ -216,6 +216,11 @@ type Options struct {
 	// the node's units in doubt, so an insert whose client gave up and
 	// whose COMMIT lands after the recount has its unit sold again.
 	RestartSkipsOrphans bool
+	// AttachSkipsOrphans is a deliberate mistake, for the negative controls
+	// of table 28-1 only (memquota-recover until 2026-12-06): a FromLog
+	// Attach recounts the log at once, so an insert of a predecessor that
+	// died, still at its COMMIT, has its unit counted free and sold again.
+	AttachSkipsOrphans bool
 	// RestartCarriesDoubts is a deliberate mistake, for the negative
 	// controls of table 28-1 only: a restart hands the node's units in
 	// doubt on to the restarted node ("a row that did commit must never be

@@ -150,6 +150,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkRestartBeforeAnswer(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBeforeAnswer"},
 		{"a node restarted while a request it gave up on is still committing (its cancel lost) oversells nothing: after that COMMIT goes through, a SKU of one unit has at most one active reservation",
 			func(r tester) { checkRestartBesideOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBesideOrphan"},
+		{"a successor process that attaches while a request its dead predecessor gave up on is still committing oversells nothing: after that COMMIT goes through, a SKU of one unit has at most one active reservation",
+			func(r tester) { checkAttachBesideOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkAttachBesideOrphan"},
 		{"where survives-restart is claimed, two attempts held open on a node while it restarts, then one rolled back and one committed, leave each SKU selling its unit once",
 			func(r tester) { checkSessionAcrossRestart(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkSessionAcrossRestart"},
 		{"three requests for a SKU reach a node while their writes wait, and the callers of the first two give up: the third, whose caller did not, gets HELD (or BUSY), not an error",

@@ -26,6 +26,61 @@ import (
 // out (pg_stat_activity), and the SKU sold to SOLD_OUT.
 func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
+	checkBesideOrphan(t, meta, db, admin, rs, "restart-orphan", orphanSuccessor{
+		what: "node 0 restarted",
+		skip: func(dep strategy.Deployment) string {
+			if _, ok := dep.(strategy.Restarter); !ok {
+				return "no Restart (strategy.Restarter)"
+			}
+			return ""
+		},
+		start: func(ctx context.Context, dep strategy.Deployment, _ strategy.Config) (strategy.Deployment, error) {
+			return dep, dep.(strategy.Restarter).Restart(ctx, 0)
+		},
+	})
+}
+
+// checkAttachBesideOrphan: checkRestartBesideOrphan with the node's process
+// dead instead of restarted: the request given up on is held at its
+// COMMIT, the process that sent it is left for dead (never called again,
+// as after a SIGKILL: its backend goes on), and a successor attaches to the
+// stock (Meta.Attach, over a pool of its own); then the COMMIT goes
+// through, and the SKU is sold to SOLD_OUT through the successor. A
+// successor that recounts the log at once, without waiting for the
+// requests its predecessor left in flight, counts the unit free and sells
+// it again (memquota-recover until 2026-12-06: its restart waited for the
+// node's own orphans, its Attach for nobody's). Attach may wait for the
+// orphan, as Restart may.
+func checkAttachBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	checkBesideOrphan(t, meta, db, admin, rs, "attach-orphan", orphanSuccessor{
+		what: "a successor of the process attached",
+		skip: func(strategy.Deployment) string {
+			if meta.Attach == nil {
+				return "no Meta.Attach"
+			}
+			return ""
+		},
+		start: func(ctx context.Context, _ strategy.Deployment, cfg strategy.Config) (strategy.Deployment, error) {
+			cfg.DB = db
+			return meta.Attach(ctx, cfg)
+		},
+	})
+}
+
+// orphanSuccessor is what starts while checkBesideOrphan's orphan waits at
+// its COMMIT: the deployment that sells the SKU afterwards.
+type orphanSuccessor struct {
+	what  string                               // for the verdicts
+	skip  func(dep strategy.Deployment) string // why the check cannot run, or ""
+	start func(ctx context.Context, dep strategy.Deployment, cfg strategy.Config) (strategy.Deployment, error)
+}
+
+// checkBesideOrphan is checkRestartBesideOrphan and checkAttachBesideOrphan:
+// next starts while the request given up on is held at its COMMIT, and
+// sells the SKU once the COMMIT has gone through.
+func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string, name string, next orphanSuccessor) {
+	t.Helper()
 	if !meta.Claims.Has(strategy.SurvivesRestart) {
 		t.Skip("survives-restart is not claimed")
 	}
@@ -36,15 +91,15 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 		t.Fatalf("%v", err)
 	}
 	defer closeBoth()
-	sku := kitSKU("restart-orphan")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	sku := kitSKU(name)
+	cfg := strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}}
+	dep, err := meta.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer dep.Close()
-	restarter, ok := dep.(strategy.Restarter)
-	if !ok {
-		t.Skip("no Restart (strategy.Restarter)")
+	if why := next.skip(dep); why != "" {
+		t.Skip(why)
 	}
 	req := strategy.Request{Key: "kit-orphan-" + sku, User: "kit-orphan-" + sku, SKU: sku, TTL: time.Hour}
 	hold, err := holdCommitNaming(ctx, admin, req.Key)
@@ -73,28 +128,39 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 	box.rethrow()
 	// Cancels stay lost: pgx sends the one for the request given up on in
 	// the background, maybe after Reserve has returned.
-	restarted := make(chan error, 1)
-	go func() { restarted <- restarter.Restart(ctx, 0) }()
-	timer := time.NewTimer(besideWithin) // a bound: only says Restart waits for the orphan
-	var restartErr error
+	type started struct {
+		dep strategy.Deployment
+		err error
+	}
+	startDone := make(chan started, 1)
+	go func() {
+		d, err := next.start(ctx, dep, cfg)
+		startDone <- started{d, err}
+	}()
+	timer := time.NewTimer(besideWithin) // a bound: only says the successor waits for the orphan
+	var after started
 	waited := false
 	select {
-	case restartErr = <-restarted:
+	case after = <-startDone:
 	case <-timer.C:
 		waited = true
 	}
 	timer.Stop()
 	hold.release()
 	if waited {
-		restartErr = <-restarted
+		after = <-startDone
 	}
-	if restartErr != nil {
-		t.Fatalf("Restart of node 0 while the request it gave up on (%v) was held at its COMMIT: %v", first.err, restartErr)
+	if after.err != nil {
+		t.Fatalf("%s while the request it gave up on (%v) was held at its COMMIT: %v", next.what, first.err, after.err)
+	}
+	if after.dep != dep {
+		defer after.dep.Close()
 	}
 	if err := awaitBackendDone(ctx, admin, pid); err != nil {
 		t.Fatalf("the orphan's backend %d: %v", pid, err)
 	}
-	orphan, err := dep.Node(0).Lookup(ctx, req.Key)
+	node := after.dep.Node(0)
+	orphan, err := node.Lookup(ctx, req.Key)
 	if err != nil {
 		t.Fatalf("Lookup %q: %v", req.Key, err)
 	}
@@ -104,9 +170,9 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 	}
 	for i := range 3 {
 		more := strategy.Request{Key: fmt.Sprintf("kit-orphan-after-%d-%s", i, sku), User: fmt.Sprintf("kit-orphan-after-%d", i), SKU: sku, TTL: time.Hour}
-		res, err := reserveUnlessBusy(ctx, dep.Node(0), more)
+		res, err := reserveUnlessBusy(ctx, node, more)
 		if err != nil {
-			t.Fatalf("Reserve %q after the restart: %v", more.Key, err)
+			t.Fatalf("Reserve %q after %s: %v", more.Key, next.what, err)
 		}
 		if res.Outcome == strategy.OutcomeHeld {
 			sold++
@@ -116,16 +182,16 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 		}
 	}
 	if sold > 1 {
-		t.Errorf("a SKU of 1 unit: %d reservations active after node 0 restarted while the request it gave up on (answered %v) was held at its COMMIT, which then went through (%s; Restart waited for it: %v); want at most 1",
-			sold, first.err, orphan.Status, waited)
+		t.Errorf("a SKU of 1 unit: %d reservations active after %s while the request node 0 gave up on (answered %v) was held at its COMMIT, which then went through (%s; it waited for the COMMIT: %v); want at most 1",
+			sold, next.what, first.err, orphan.Status, waited)
 	}
-	audit, err := dep.Audit(ctx)
+	audit, err := after.dep.Audit(ctx)
 	if err != nil {
 		t.Fatalf("Audit: %v", err)
 	}
 	for _, st := range audit {
 		if st.SKU == sku && (st.Active > st.Total || st.Drift() != 0) {
-			t.Errorf("audit after the orphan committed beside the restart: total %d, available %d, active %d; want drift 0 and no more active than the total", st.Total, st.Available, st.Active)
+			t.Errorf("audit after the orphan committed beside %s: total %d, available %d, active %d; want drift 0 and no more active than the total", next.what, st.Total, st.Available, st.Active)
 		}
 	}
 }
