@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
@@ -364,6 +365,12 @@ func (e *Env) RunTrial(ctx context.Context, spec Spec) (*Trial, error) {
 			}
 			load.ProgressEvery = spec.ProgressEvery
 		}
+		// As testing.B does before each run: the garbage that earlier trials
+		// and this one's set-up left (per-client histograms once merged,
+		// the buffers of closed connections) is collected now, not by a
+		// cycle that lands in the window and takes the client's thread (at
+		// one client, GOMAXPROCS is 1).
+		runtime.GC()
 		if spec.CPUProfile != nil {
 			if err := pprof.StartCPUProfile(spec.CPUProfile); err != nil {
 				return nil, fmt.Errorf("bench: cpu profile: %w", err)
