@@ -29,19 +29,28 @@ func AwaitBackendsDone(ctx context.Context, q Querier, pids []int32) error {
 	if len(pids) == 0 {
 		return nil
 	}
+	if err := pollUntilFalse(ctx, q, sqlBackendsBusy, pids); err != nil {
+		return fmt.Errorf("wait for the backends %v of requests of unknown outcome: %w", pids, err)
+	}
+	return nil
+}
+
+// pollUntilFalse runs the query, whose one row is one boolean, every
+// backendsPoll until it reads false.
+func pollUntilFalse(ctx context.Context, q Querier, sql string, args ...any) error {
 	tick := time.NewTicker(backendsPoll)
 	defer tick.Stop()
 	for {
 		var busy bool
-		if err := q.QueryRow(ctx, sqlBackendsBusy, pids).Scan(&busy); err != nil {
-			return fmt.Errorf("wait for the backends of requests of unknown outcome: %w", err)
+		if err := q.QueryRow(ctx, sql, args...).Scan(&busy); err != nil {
+			return err
 		}
 		if !busy {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for the backends %v of requests of unknown outcome: %w", pids, ctx.Err())
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
@@ -97,20 +106,8 @@ func AwaitWritersDone(ctx context.Context, q Querier, table string) error {
 	if len(pids) == 0 {
 		return nil
 	}
-	tick := time.NewTicker(backendsPoll)
-	defer tick.Stop()
-	for {
-		var busy bool
-		if err := q.QueryRow(ctx, sqlWritersBusy, pids, starts).Scan(&busy); err != nil {
-			return fmt.Errorf("wait for the statements writing to %s: %w", table, err)
-		}
-		if !busy {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the statements of backends %v writing to %s: %w", pids, table, ctx.Err())
-		case <-tick.C:
-		}
+	if err := pollUntilFalse(ctx, q, sqlWritersBusy, pids, starts); err != nil {
+		return fmt.Errorf("wait for the statements of backends %v writing to %s: %w", pids, table, err)
 	}
+	return nil
 }
