@@ -7,10 +7,15 @@ import (
 )
 
 // poolReturnWait bounds how long a closed deployment may take to give its
-// pool's connections back (a batch or a cancel finishing): generous, since
-// a cancel's round trip on a machine running the race suite beside the
-// table can take a second, and only a leaking strategy ever waits it out.
-const poolReturnWait = 5 * time.Second
+// pool's connections back (a batch or a cancel finishing), and it is longer
+// than pgx's own bound on a connection closed mid-statement: pgxpool counts
+// a connection released broken as acquired until its destructor returns,
+// and the destructor waits up to 15 s for the connection's cleanup (a
+// cancel request, then Terminate). With 5 s, a correct rediscounter-recover
+// failed the partition scenario's dark fault once in 4 runs (outsider round
+// 32, 2026-12-06): a cleanup had outlasted the bound. Only a leaking
+// strategy waits it out.
+const poolReturnWait = 16 * time.Second
 
 // checkPoolReturned, at the end of every trial, once the deployment is
 // closed: every connection the strategy took from the pool it was given
