@@ -335,6 +335,13 @@ func (p *Proxy) accept() {
 		}
 		p.links[l] = struct{}{}
 		dark := p.dark
+		if dark {
+			// Silent before Heal can look: marked only once run began, a
+			// link accepted just before a Heal escaped its reset and stayed
+			// silent for good (a cancel request on it hung pgx's cleanup of
+			// a connection for its whole 15 s).
+			l.silence()
+		}
 		p.mu.Unlock()
 		p.wg.Add(1)
 		go func() {

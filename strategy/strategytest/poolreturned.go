@@ -13,8 +13,9 @@ import (
 // and the destructor waits up to 15 s for the connection's cleanup (a
 // cancel request, then Terminate). With 5 s, a correct rediscounter-recover
 // failed the partition scenario's dark fault once in 4 runs (outsider round
-// 32, 2026-12-06): a cleanup had outlasted the bound. Only a leaking
-// strategy waits it out.
+// 32, 2026-12-06): a cleanup had outlasted the bound (its cancel request
+// went out on a link pgproxy accepted just before healing, and left
+// silent: fixed there too). Only a leaking strategy waits it out.
 const poolReturnWait = 16 * time.Second
 
 // checkPoolReturned, at the end of every trial, once the deployment is
