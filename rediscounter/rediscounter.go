@@ -114,6 +114,12 @@ const (
 	// run: the unit is then free in Redis and held by the row, and sells
 	// twice.
 	UndoReleaseOnError
+	// ReleaseNotOwed: a Release moves its row without marking its unit
+	// owed ("the give-back right after it returns the unit"): when the
+	// give-back does not reach Redis and the client does not send the
+	// release again, the expiry job never gives the unit back (outsider
+	// round 32's m12).
+	ReleaseNotOwed
 	// ExpireCountsOnly: the expiry job gives its units back with one
 	// INCRBY per row moved ("the job moved the rows, so the units are
 	// owed"), leaving the keys' markers in Redis: a release of an expired

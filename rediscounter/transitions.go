@@ -38,6 +38,12 @@ UPDATE rediscounter_reservation SET status = 'RELEASED', unit_owed = true, updat
 WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
 RETURNING sku, request_key, user_id`
 
+	// sqlReleaseNotOwed is sqlRelease with the mistake ReleaseNotOwed.
+	sqlReleaseNotOwed = `
+UPDATE rediscounter_reservation SET status = 'RELEASED', updated_at = now()
+WHERE request_key = $1 AND sku = ANY($2) AND status = 'HELD'
+RETURNING sku, request_key, user_id`
+
 	// sqlReleased finds the row of a key that a transition already moved
 	// out of the active statuses: a Release sent again after an unknown
 	// outcome (its UPDATE committed, the answer and the unit's return to
@@ -134,7 +140,11 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if ok, err := n.CheckKey(key); !ok {
 		return 0, err
 	}
-	rows, err := n.d.db.Query(ctx, sqlRelease, key, n.d.skus)
+	release := sqlRelease
+	if n.d.mistake == ReleaseNotOwed {
+		release = sqlReleaseNotOwed
+	}
+	rows, err := n.d.db.Query(ctx, release, key, n.d.skus)
 	if err != nil {
 		return 0, fmt.Errorf("%s: release %q: %w", Name, key, err)
 	}

@@ -89,3 +89,62 @@ func (t *trial) releaseCommandsDropped(ctx context.Context) error {
 	t.twoGetOne(ctx, node, sku, "dropped", "", key)
 	return nil
 }
+
+// releaseDroppedLeftToJob (redis-restart): releaseCommandsDropped's
+// release, on a SKU of its own, but its client gives up on the error and
+// never sends it again (a checkout that times out moves on). The row may
+// have moved while the unit did not come back; the expiry job is what
+// returns a unit owed so, once Redis is reachable: after one run, the unit
+// is available (total - available == active). A design that gives an owed
+// unit back only when the release is sent again keeps it out for good: a
+// Release that did not mark its row's unit owed passed every other check,
+// each of which sends the release again (outsider round 32's m12). Not
+// applicable without the expiry job, or when the release answers without
+// an error (nothing is left owed), or sends Redis nothing naming the key.
+func (t *trial) releaseDroppedLeftToJob(ctx context.Context) error {
+	const what = "release while Redis drops its commands, left to the expiry job"
+	p, err := t.proxiedRelease(ctx, what, "-dropped-job")
+	if p == nil || err != nil {
+		return err
+	}
+	defer p.close()
+	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
+	expirer, ok := node.(strategy.Expirer)
+	if !ok {
+		t.fact(what, "not applicable: needs the expiry job (ExpireDue)")
+		return nil
+	}
+	key := t.key("req-dropped-job-0")
+	res, err := node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-dropped-job-0"), SKU: sku, TTL: strategy.TTLForever})
+	if err != nil || res.Outcome != strategy.OutcomeHeld {
+		return fmt.Errorf("%s: the reservation to release: %s, %v", what, res.Outcome, err)
+	}
+	dropped, stop := proxy.Drop(key)
+	units, relErr := releaser.Release(ctx, key)
+	stop()
+	select {
+	case <-dropped:
+	default:
+		t.fact(what, "not applicable: the release sent Redis nothing that names the key")
+		return nil
+	}
+	if relErr == nil {
+		t.fact(what, "not applicable: the release answered %d unit(s) while Redis dropped its commands: nothing left owed", units)
+		return nil
+	}
+	first, err := node.Lookup(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%s: lookup after the release: %w", what, err)
+	}
+	_, jobErr := expirer.ExpireDue(ctx)
+	a, err := soleAudit(ctx, dep, what)
+	if err != nil {
+		return err
+	}
+	t.fact(what, "the release answered an error (the row %s) and was not sent again; then the expiry job ran, Redis reachable", first.Status)
+	t.check(strategy.Conserves, "a release whose Redis commands were dropped, never sent again, has its unit back once Redis is reachable and the expiry job has run (total - available == active)",
+		jobErr == nil && a.Drift() == 0,
+		fmt.Sprintf("%s: the release's error left the row %s; the job: %v; then total %d - available %d - active %d = drift %d", t.plain(sku), first.Status, jobErr, a.Total, a.Available, a.Active, a.Drift()), key)
+	t.twoGetOne(ctx, node, sku, "dropped-job", "", key)
+	return nil
+}

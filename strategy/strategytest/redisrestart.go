@@ -30,8 +30,9 @@ import (
 //	                  requests are in flight (killInFlight); then a pause
 //	                  (stallInFlight), a release beside the expiry job's
 //	                  give-back (releaseWhileJobGivesBack), a release
-//	                  whose Redis commands are dropped
-//	                  (releaseCommandsDropped) and a copy of a request
+//	                  whose Redis commands are dropped, sent again
+//	                  (releaseCommandsDropped) and left to the expiry job
+//	                  (releaseDroppedLeftToJob), and a copy of a request
 //	                  held on its way to Redis while the other copy holds
 //	                  and releases (resendAfterRelease), each on a SKU of
 //	                  its own
@@ -192,6 +193,9 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 			return err
 		}
 		if err := t.releaseCommandsDropped(ctx); err != nil {
+			return err
+		}
+		if err := t.releaseDroppedLeftToJob(ctx); err != nil {
 			return err
 		}
 		if err := t.resendAfterRelease(ctx); err != nil {
