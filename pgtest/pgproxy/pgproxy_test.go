@@ -3,6 +3,7 @@ package pgproxy_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -202,6 +203,50 @@ func TestDark(t *testing.T) {
 	p.Heal()
 	c := connect(t, cfg)
 	require.NoError(t, c.Ping(context.Background()))
+}
+
+// TestHealResetsLinksAcceptedWhileDark: a connection the proxy accepted
+// while dark is reset by Heal, or forwarded if it came after; never left
+// silent. Until 2026-12-06 a link marked itself silent in its own goroutine,
+// after accept had let go of the proxy's lock, so a Heal in between missed
+// it and it stayed silent for good (outsider round 32 dialled 400 around a
+// Heal and found 154 silent): a pgx cancel request that met such a link
+// hung for its whole 15 s. The connections are dialled while dark and
+// healed at once, so that Heal races the proxy's accept.
+func TestHealResetsLinksAcceptedWhileDark(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() { // a server that greets every connection, then hangs up
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("x"))
+			_ = c.Close()
+		}
+	}()
+	p, err := pgproxy.Start("127.0.0.1", uint16(ln.Addr().(*net.TCPAddr).Port))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	host, port := p.Addr()
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	for i := range 200 {
+		p.Dark()
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		p.Heal()
+		// A link Heal reset reads EOF or a reset; one that came after it
+		// reads the greeting (then EOF). One left silent reads nothing: the
+		// deadline only bounds how long that takes to show.
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err = c.Read(make([]byte, 1))
+		_ = c.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection %d, accepted around a Heal: silent 10 s after it (want reset, or forwarded)", i)
+		}
+	}
 }
 
 // TestNothingLeftBehind runs a proxy with open connections in a helper
