@@ -86,6 +86,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueHoldsItsUnit"},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueReleases"},
+		{"MakeDue leaves the reservations it moves HELD, with expires_at 400 days in the past (strategy.Ager), not a moment ago: the checks of jobs that look back over a window rely on it",
+			func(r tester) { checkMakeDueFarBack(r, t.env.Meta, t.env.DB, rs) }, Base, "checkMakeDueFarBack"},
 		{"a plain request beside an attempt held open on the last unit (also one that reserved another SKU first) waits or is refused, and one reservation holds the unit",
 			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkPlainBesideSession"},
 		{"one attempt held open reserves 2 units of a SKU of 4 (one sold before), for two users, with nobody else asking, sends the sold key again (REPLAY), and rolls back: both units come back, none for the REPLAY; another does the same: HELD twice, then REPLAY of its first key and USER_LIMIT for a new key of that user, then HELD for the last unit and SOLD_OUT for one more, and all three hold once it commits",

@@ -324,3 +324,44 @@ func checkDueReleases(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 		t.Errorf("audit after releasing the due reservation and running the expiry job: %+v; want every unit available", a)
 	}
 }
+
+// checkMakeDueFarBack: MakeDue does what strategy.Ager says: the HELD
+// reservations it moves stay HELD, with expires_at 400 days in the past.
+// The kit leans on that distance: a job or a late payment that looks back
+// only over a window ("due in the last 6 hours") is caught because
+// MakeDue's rows are older than any window; a MakeDue that moved them 400
+// seconds back passed every check (outsider round 33's m9), and with it
+// such a job would pass too. A day's margin allows for the clocks.
+func checkMakeDueFarBack(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "due-far", 2)
+	defer dep.Close()
+	ager, ok := dep.(strategy.Ager)
+	if !ok {
+		t.Skip("no MakeDue (strategy.Ager)")
+	}
+	node := dep.Node(0)
+	keys := []string{"kit-due-far-1-" + sku, "kit-due-far-2-" + sku}
+	for i, key := range keys {
+		req := strategy.Request{Key: key, User: fmt.Sprintf("kit-due-far-%d", i+1), SKU: sku, TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve %s: %s, %v; want HELD", key, res.Outcome, err)
+		}
+	}
+	if n, err := ager.MakeDue(ctx, keys); err != nil || n != len(keys) {
+		t.Fatalf("MakeDue of %d HELD reservations: %d, %v", len(keys), n, err)
+	}
+	latest := time.Now().Add(-399 * 24 * time.Hour)
+	for _, key := range keys {
+		r, err := node.Lookup(ctx, key)
+		if err != nil {
+			t.Fatalf("Lookup %s after MakeDue: %v", key, err)
+		}
+		if r.Status != strategy.StatusHeld || r.ExpiresAt.After(latest) {
+			t.Errorf("%s after MakeDue: %s, expires_at %s ago; want HELD, 400 days ago (strategy.Ager: so far back that a job looking back over a window misses it)",
+				key, r.Status, time.Since(r.ExpiresAt).Round(time.Second))
+		}
+	}
+}
