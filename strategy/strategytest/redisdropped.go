@@ -28,18 +28,12 @@ func (t *trial) releaseCommandsDropped(ctx context.Context) error {
 		return err
 	}
 	defer p.close()
-	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
-	key := t.key("req-dropped-0")
-	res, err := node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-dropped-0"), SKU: sku, TTL: strategy.TTLForever})
-	if err != nil || res.Outcome != strategy.OutcomeHeld {
-		return fmt.Errorf("%s: the reservation to release: %s, %v", what, res.Outcome, err)
+	dep, sku, node, releaser := p.dep, p.sku, p.node, p.releaser
+	key, units, relErr, sent, err := t.releaseDropped(ctx, p, what, "dropped")
+	if err != nil {
+		return err
 	}
-	dropped, stop := proxy.Drop(key)
-	units, relErr := releaser.Release(ctx, key)
-	stop()
-	select {
-	case <-dropped:
-	default:
+	if !sent {
 		t.fact(what, "not applicable: the release sent Redis nothing that names the key (%d unit(s), %v)", units, relErr)
 		return nil
 	}
@@ -108,23 +102,17 @@ func (t *trial) releaseDroppedLeftToJob(ctx context.Context) error {
 		return err
 	}
 	defer p.close()
-	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
+	dep, sku, node := p.dep, p.sku, p.node
 	expirer, ok := node.(strategy.Expirer)
 	if !ok {
 		t.fact(what, "not applicable: needs the expiry job (ExpireDue)")
 		return nil
 	}
-	key := t.key("req-dropped-job-0")
-	res, err := node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-dropped-job-0"), SKU: sku, TTL: strategy.TTLForever})
-	if err != nil || res.Outcome != strategy.OutcomeHeld {
-		return fmt.Errorf("%s: the reservation to release: %s, %v", what, res.Outcome, err)
+	key, units, relErr, sent, err := t.releaseDropped(ctx, p, what, "dropped-job")
+	if err != nil {
+		return err
 	}
-	dropped, stop := proxy.Drop(key)
-	units, relErr := releaser.Release(ctx, key)
-	stop()
-	select {
-	case <-dropped:
-	default:
+	if !sent {
 		t.fact(what, "not applicable: the release sent Redis nothing that names the key")
 		return nil
 	}
@@ -147,4 +135,24 @@ func (t *trial) releaseDroppedLeftToJob(ctx context.Context) error {
 		fmt.Sprintf("%s: the release's error left the row %s; the job: %v; then total %d - available %d - active %d = drift %d", t.plain(sku), first.Status, jobErr, a.Total, a.Available, a.Active, a.Drift()), key)
 	t.twoGetOne(ctx, node, sku, "dropped-job", "", key)
 	return nil
+}
+
+// releaseDropped holds a reservation (key req-<name>-0) on p's SKU and
+// releases it while p's proxy drops every Redis command naming the key;
+// sent says whether the release sent any.
+func (t *trial) releaseDropped(ctx context.Context, p *proxiedPart, what, name string) (key string, units int, relErr error, sent bool, err error) {
+	key = t.key("req-" + name + "-0")
+	res, err := p.node.Reserve(ctx, strategy.Request{Key: key, User: t.user("user-" + name + "-0"), SKU: p.sku, TTL: strategy.TTLForever})
+	if err != nil || res.Outcome != strategy.OutcomeHeld {
+		return key, 0, nil, false, fmt.Errorf("%s: the reservation to release: %s, %v", what, res.Outcome, err)
+	}
+	dropped, stop := p.proxy.Drop(key)
+	units, relErr = p.releaser.Release(ctx, key)
+	stop()
+	select {
+	case <-dropped:
+		sent = true
+	default:
+	}
+	return key, units, relErr, sent, nil
 }
