@@ -87,6 +87,7 @@ func run() error {
 		sample      = flag.Duration("sample", 50*time.Millisecond, "pg_stat_activity sampling interval (0: off)")
 		seed        = flag.Uint64("seed", 1, "seed of the trial order and the open-loop schedules")
 		render      = flag.String("render", "", "run nothing: write the plots and the report again from this results.json")
+		profiled    = flag.String("profile-clients", "", "comma-separated client counts of the profiled trials (default 1,32; quick: none)")
 	)
 	flag.Parse()
 	logf0 := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
@@ -150,7 +151,7 @@ func run() error {
 		OpenClients:     32, OpenMaxInFlight: bench.DefaultMaxInFlight, OpenLoads: []float64{0.6, 1.2}, OpenTrials: 2, LateLimit: time.Second,
 		AdmitClients: []int{128}, ShedClients: []int{128},
 		ManySKUs: 1000, Zipf: 1.1, ManyClients: []int{32},
-		ProfileClients: []int{32}, ProfileWindow: 2 * *duration,
+		ProfileClients: []int{1, 32}, ProfileWindow: 2 * *duration,
 		Targets: targets, TargetPairs: 6, TargetPeakClients: []int{2, 4},
 		HTTPClients: []int{1, 32}, HTTPLoads: []float64{0.6}, StandIns: standIns,
 		SampleEvery: *sample, Seed: *seed}
@@ -172,14 +173,15 @@ func run() error {
 	if *trials > 0 {
 		cfg.Trials, cfg.ExtraTrials, cfg.OpenTrials = *trials, min(*trials, cfg.ExtraTrials), min(*trials, cfg.OpenTrials)
 	}
+	var err error
 	if *clients != "" {
-		cfg.Clients = nil
-		for _, f := range strings.Split(*clients, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				return fmt.Errorf("-clients: bad count %q", f)
-			}
-			cfg.Clients = append(cfg.Clients, n)
+		if cfg.Clients, err = parseCounts("-clients", *clients); err != nil {
+			return err
+		}
+	}
+	if *profiled != "" {
+		if cfg.ProfileClients, err = parseCounts("-profile-clients", *profiled); err != nil {
+			return err
 		}
 	}
 	cfg.Experiments = strings.Split(*experiments, ",")
@@ -347,4 +349,17 @@ func (r *results) writeReport(outDir, docPath string, logf func(string, ...any))
 	}
 	logf("wrote %s", docPath)
 	return nil
+}
+
+// parseCounts reads a flag's comma-separated client counts.
+func parseCounts(flagName, v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: bad count %q", flagName, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -244,6 +244,19 @@ func linePlot(title, ylabel string, ls []line, clientsAxis bool) *plot.Plot {
 	if !math.IsInf(ymin, 0) && clientsAxis {
 		p.Y.Min, p.Y.Max = ymin/2, ymax*8
 	}
+	if clientsAxis {
+		// gonum widens a range of one value by 1 each way, to 0 for one
+		// client, which a log axis cannot show (a run with -clients 1).
+		xmin, xmax := math.Inf(1), math.Inf(-1)
+		for _, l := range ls {
+			for _, q := range l.pts {
+				xmin, xmax = math.Min(xmin, q.x), math.Max(xmax, q.x)
+			}
+		}
+		if xmin == xmax && xmin > 0 {
+			p.X.Min, p.X.Max = xmin/2, xmax*2
+		}
+	}
 	floor := math.Max(ymin/2, 1e-3)
 	if math.IsInf(floor, 0) {
 		floor = 1e-3

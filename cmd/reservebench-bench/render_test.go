@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -284,5 +285,23 @@ func TestPgbenchPartsOnlyFrom(t *testing.T) {
 	}
 	if !(config{Clients: []int{128}}).pgbenchAt(128, without) {
 		t.Error("with PgbenchPartsOnlyFrom unset, pgbench must run everywhere")
+	}
+}
+
+// TestRenderOneClientCount renders the committed run cut down to its
+// 1-client points, as a run with -clients 1 leaves it: the plots against
+// clients then span one value, which gonum widens to 0 on a log axis and
+// panicked on.
+func TestRenderOneClientCount(t *testing.T) {
+	res, err := loadResults(committedResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Config.Clients = []int{1}
+	res.Summaries = slices.DeleteFunc(res.Summaries, func(s *summary) bool { return s.Cell.Clients != 1 })
+	res.Trials = slices.DeleteFunc(res.Trials, func(r *record) bool { return r.Cell.Clients != 1 })
+	dir := t.TempDir()
+	if err := res.writeReport(dir, filepath.Join(dir, "performance.md"), func(string, ...any) {}); err != nil {
+		t.Fatal(err)
 	}
 }
