@@ -105,7 +105,12 @@ func skipWithoutTables(ctx context.Context, t tester, admin *pgxpool.Pool) {
 // resendSeenWithin: a request that waits outside PostgreSQL is not seen,
 // and the check goes on without it.
 func awaitLockWaiters(ctx context.Context, admin *pgxpool.Pool, n int, done chan answer) error {
-	seenCtx, cancel := context.WithTimeout(ctx, resendSeenWithin)
+	return awaitLockWaitersWithin(ctx, admin, n, done, resendSeenWithin)
+}
+
+// awaitLockWaitersWithin is awaitLockWaiters for at most within.
+func awaitLockWaitersWithin(ctx context.Context, admin *pgxpool.Pool, n int, done chan answer, within time.Duration) error {
+	seenCtx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	err := awaitAnswerOr(seenCtx, done, func() (bool, error) {
 		var got int
