@@ -218,7 +218,7 @@ func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, 
 	if len(asked) == 0 {
 		return out, nil
 	}
-	if err := whyNot(ctx, q, sku, reqs, askKeys, askUsers, asked, out); err != nil {
+	if err := whyNot(ctx, q, sku, reqs, askKeys, askUsers, asked, out, m); err != nil {
 		for _, a := range asked {
 			out[a.i] = reply{err: err}
 		}
@@ -227,7 +227,7 @@ func serve(ctx context.Context, q querier, sku string, reqs []strategy.Request, 
 }
 
 // whyNot runs sqlWhyNot for the asked requests and fills their replies.
-func whyNot(ctx context.Context, q querier, sku string, reqs []strategy.Request, keys, users []string, asked []question, out []reply) error {
+func whyNot(ctx context.Context, q querier, sku string, reqs []strategy.Request, keys, users []string, asked []question, out []reply, m Mistake) error {
 	rows, err := q.Query(ctx, sqlWhyNot, sku, keys, users)
 	if err != nil {
 		return fmt.Errorf("why not: %w", err)
@@ -237,7 +237,12 @@ func whyNot(ctx context.Context, q querier, sku string, reqs []strategy.Request,
 		known owner
 		holds bool
 	)
+	position := 0
 	_, err = pgx.ForEachRow(rows, []any{&ord, &known.User, &known.SKU, &known.Status, &known.ExpiresAt, &holds}, func() error {
+		position++
+		if m == WhyNotByPosition {
+			ord = position // the mistake: the row's place, not its ord
+		}
 		if ord < 1 || ord > len(asked) {
 			return fmt.Errorf("why not: answer for question %d of %d", ord, len(asked))
 		}

@@ -96,6 +96,11 @@ const (
 	// names: when the server's plan returns the rows in another order, a
 	// request gets another's answer.
 	AnswersByPosition
+	// WhyNotByPosition: AnswersByPosition in the second statement, the one
+	// that asks why the requests the batch could not settle were refused
+	// ("unnest keeps its order"): a request refused by a key committed
+	// while the batch waited gets the owner of another request's key.
+	WhyNotByPosition
 )
 
 func (o Options) withDefaults() Options {

@@ -33,7 +33,7 @@ type tester interface {
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming, checkTTLAcrossDST, checkTTLMicroseconds,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkAnswersInAnyPlanOrder, checkKeyOnItsWay, checkTransitionMovesOneKey,
+// checkAnswersWhenSoldOut, checkAnswersInAnyPlanOrder, checkLateConflictsInAnyPlanOrder, checkKeyOnItsWay, checkTransitionMovesOneKey,
 // checkDueHoldsItsUnit, checkDueReleases,
 // checkExpireAllDue,
 // checkOddText, checkDistinctText, checkHashCollisions,
@@ -78,6 +78,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSessionInsertGivenUp(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkSessionInsertGivenUp"},
 		{"a crowd of requests for one SKU sent at once to one node (every answer a SKU with units gives, shuffled) gets each its own answer while the server joins by sorting, so rows come back in another order than requests went in",
 			func(r tester) { checkAnswersInAnyPlanOrder(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersInAnyPlanOrder"},
+		{"requests for one SKU whose keys are taken by attempts in flight on other SKUs, which commit while the requests wait for them, get each its own answer while the server joins by sorting: KEY_REUSED with the reservation of its own key's owner",
+			func(r tester) { checkLateConflictsInAnyPlanOrder(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLateConflictsInAnyPlanOrder"},
 		{"a transition moves only the reservation of its key: confirming or releasing one of a user's reservations leaves the user's others, and other users', as they were",
 			func(r tester) { checkTransitionMovesOneKey(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTransitionMovesOneKey"},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",

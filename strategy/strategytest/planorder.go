@@ -40,18 +40,7 @@ func checkAnswersInAnyPlanOrder(t tester, meta strategy.Meta, db *pgxpool.Pool, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.RuntimeParams["enable_hashjoin"] = "off"
-	cfg.ConnConfig.RuntimeParams["enable_nestloop"] = "off"
-	cfg.ConnConfig.RuntimeParams["join_collapse_limit"] = "1"
-	cfg.ConnConfig.RuntimeParams["from_collapse_limit"] = "1"
-	// A disabled join method adds 10^10 to a plan's cost, past
-	// jit_above_cost: every statement was compiled, about half a second
-	// each, and a crowd of 16 outlived the check's two minutes on a
-	// loaded machine (combine, a CI rehearsal of 2026-12-06). Compiling
-	// changes no row order.
-	cfg.ConnConfig.RuntimeParams["jit"] = "off"
-	sorted, err := pgxpool.NewWithConfig(ctx, cfg)
+	sorted, err := sortedJoinsPool(ctx, db)
 	if err != nil {
 		t.Fatalf("a pool that joins by sorting: %v", err)
 	}
@@ -114,4 +103,23 @@ func crowdInSortedPlans(ctx context.Context, t tester, meta strategy.Meta, sorte
 		}
 	}
 	return wrong
+}
+
+// sortedJoinsPool is a pool on db's database whose connections join by
+// sorting: enable_hashjoin and enable_nestloop off, and join_collapse_limit
+// and from_collapse_limit at 1 (joins in the order the statement writes
+// them), so each join returns its rows in the order of its own join key.
+func sortedJoinsPool(ctx context.Context, db *pgxpool.Pool) (*pgxpool.Pool, error) {
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["enable_hashjoin"] = "off"
+	cfg.ConnConfig.RuntimeParams["enable_nestloop"] = "off"
+	cfg.ConnConfig.RuntimeParams["join_collapse_limit"] = "1"
+	cfg.ConnConfig.RuntimeParams["from_collapse_limit"] = "1"
+	// A disabled join method adds 10^10 to a plan's cost, past
+	// jit_above_cost: every statement was compiled, about half a second
+	// each, and a crowd of 16 outlived the check's two minutes on a
+	// loaded machine (combine, a CI rehearsal of 2026-12-06). Compiling
+	// changes no row order.
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
