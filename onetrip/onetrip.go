@@ -76,6 +76,13 @@ type Options struct {
 	// status, so a user whose hold was released or expired, asking again
 	// once the SKU is sold out, is answered USER_LIMIT, not SOLD_OUT.
 	WhyNotCountsEnded bool
+	// InvisibleConflictSoldOut is a deliberate mistake, for the negative
+	// control ctl-invisible-conflict-sold-out: an insert refused by a
+	// unique index whose conflict is gone when sqlWhyNot looks (the user's
+	// reservation released or expired in between) is answered SOLD_OUT
+	// ("refused, and nothing holds it: the unit must be gone") instead of
+	// run again: a sold-out while units were free.
+	InvisibleConflictSoldOut bool
 	// CancelIsSoldOut is a deliberate mistake, for the negative control
 	// ctl-cancel-is-sold-out: an insert the server cancelled (57014, a
 	// statement_timeout; 55P03, a lock_timeout) is taken for "no unit
@@ -161,7 +168,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, cancelIsSoldOut: opts.CancelIsSoldOut, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -194,12 +201,13 @@ type Deployment struct {
 
 	soldOutFromMemory bool // Options.SoldOutFromMemory
 
-	whyNotOutsideSession bool // Options.WhyNotOutsideSession
-	expiryHealsCount     bool // Options.ExpiryHealsCount
-	confirmGivesUp       bool // Options.ConfirmGivesUp
-	confirmDeadline      bool // Options.ConfirmDeadline
-	whyNotCountsEnded    bool // Options.WhyNotCountsEnded
-	cancelIsSoldOut      bool // Options.CancelIsSoldOut
+	whyNotOutsideSession     bool // Options.WhyNotOutsideSession
+	expiryHealsCount         bool // Options.ExpiryHealsCount
+	confirmGivesUp           bool // Options.ConfirmGivesUp
+	confirmDeadline          bool // Options.ConfirmDeadline
+	whyNotCountsEnded        bool // Options.WhyNotCountsEnded
+	invisibleConflictSoldOut bool // Options.InvisibleConflictSoldOut
+	cancelIsSoldOut          bool // Options.CancelIsSoldOut
 
 	retries atomic.Int64
 }

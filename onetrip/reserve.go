@@ -242,6 +242,9 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 		return strategy.Result{}, werr
 	}
 	res, _, err := w.answer(req, err)
+	if n.d.invisibleConflictSoldOut && errors.Is(err, errInvisibleConflict) {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake
+	}
 	return res, err
 }
 

@@ -224,6 +224,12 @@ const (
 	// until 2026-12-06): such an insert's COMMIT lands after the recount
 	// counted its unit free, and the unit sells twice.
 	ReloadSkipsOrphans
+	// ExpireGiveBackInTx: the expiry job moves the due rows, gives their
+	// units back in Redis and clears unit_owed in one transaction ("a
+	// give-back that fails rolls the expiry back, so nothing is ever
+	// owed"): a transaction lost at its COMMIT, after the give-back, leaves
+	// the row HELD and its unit in the counter as well.
+	ExpireGiveBackInTx
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -199,6 +199,9 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	if err := n.Check(); err != nil {
 		return 0, err
 	}
+	if n.d.mistake == ExpireGiveBackInTx {
+		return n.expireGiveBackInTx(ctx)
+	}
 	rows, err := n.d.db.Query(ctx, sqlExpireDue, n.d.skus)
 	if err != nil {
 		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
@@ -252,6 +255,46 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 				return moved, fmt.Errorf("%s: expire due: %w", Name, err)
 			}
 		}
+	}
+	return moved, nil
+}
+
+// expireGiveBackInTx is ExpireGiveBackInTx's expiry job: the rows moved,
+// their units given back and unit_owed cleared, then one COMMIT.
+func (n *node) expireGiveBackInTx(ctx context.Context) (int, error) {
+	tx, err := n.d.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, sqlExpireDue, n.d.skus)
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	var owed []returned
+	var r returned
+	var now bool
+	moved := 0
+	if _, err := pgx.ForEachRow(rows, []any{&r.sku, &r.key, &r.user, &now}, func() error {
+		if now {
+			moved++
+		}
+		owed = append(owed, r)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	done, err := n.d.giveBackUntilError(ctx, owed)
+	if err != nil {
+		return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+	}
+	if len(done) > 0 {
+		if _, err := tx.Exec(ctx, sqlGivenBack, done); err != nil {
+			return 0, fmt.Errorf("%s: expire due: %w", Name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("%s: expire due: commit: %w", Name, err)
 	}
 	return moved, nil
 }
