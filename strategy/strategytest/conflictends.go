@@ -32,15 +32,8 @@ func checkConflictEndsBeforeLookup(t tester, meta strategy.Meta, db, admin *pgxp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h := newHoldTracer()
-	defer h.letGo()
-	traced, err := tracedPool(ctx, db, h)
-	if err != nil {
-		t.Fatalf("a pool with the kit's tracer: %v", err)
-	}
-	defer traced.Close()
-	dep, sku := openOneSKU(ctx, t, meta, traced, rs, "conflict-ends", 3)
-	defer dep.Close()
+	h, dep, sku, closeAll := openTraced(ctx, t, meta, db, rs, "conflict-ends", 3)
+	defer closeAll()
 	node := dep.Node(0)
 	releaser, ok := node.(strategy.Releaser)
 	if !ok {

@@ -31,15 +31,8 @@ func checkExpiryCommitLost(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h := newHoldTracer()
-	defer h.letGo()
-	traced, err := tracedPool(ctx, db, h)
-	if err != nil {
-		t.Fatalf("a pool with the kit's tracer: %v", err)
-	}
-	defer traced.Close()
-	dep, sku := openOneSKU(ctx, t, meta, traced, rs, "expiry-commit-lost", 1)
-	defer dep.Close()
+	h, dep, sku, closeAll := openTraced(ctx, t, meta, db, rs, "expiry-commit-lost", 1)
+	defer closeAll()
 	node := dep.Node(0)
 	expirer, ok := node.(strategy.Expirer)
 	if !ok {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
 )
 
 // holdTracer is a pgx.QueryTracer on a pool the kit hands a strategy. Once
@@ -44,6 +46,31 @@ func tracedPool(ctx context.Context, db *pgxpool.Pool, h *holdTracer) (*pgxpool.
 	cfg := db.Config().Copy()
 	cfg.ConnConfig.Tracer = h
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// openTraced opens meta on a fresh SKU of total units (openOneSKU) over a
+// pool whose statements pass through a new holdTracer; done lets any held
+// statement go and closes the deployment and the pool.
+func openTraced(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string, total int) (*holdTracer, strategy.Deployment, string, func()) {
+	t.Helper()
+	h := newHoldTracer()
+	traced, err := tracedPool(ctx, db, h)
+	if err != nil {
+		t.Fatalf("a pool with the kit's tracer: %v", err)
+	}
+	opened := false
+	defer func() {
+		if !opened { // Open failed the check
+			traced.Close()
+		}
+	}()
+	dep, sku := openOneSKU(ctx, t, meta, traced, rs, prefix, total)
+	opened = true
+	return h, dep, sku, func() {
+		h.letGo()
+		dep.Close()
+		traced.Close()
+	}
 }
 
 // arm makes h hold the next statement that matches (once: a tracer is let
