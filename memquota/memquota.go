@@ -171,6 +171,12 @@ type Options struct {
 	// their key, user and SKU joined with ':', so "K:1" by "u" and "K" by
 	// "1:u" are merged and the second gets the first's answer.
 	FlightByJoinedText bool
+	// CommitErrorKeeps is a deliberate mistake, for the negative controls
+	// of table 28-1 only: an attempt's COMMIT that fails with anything but
+	// the server's rollback keeps its units sold, and records no doubt
+	// ("underselling is safe"): an attempt whose backend ended before its
+	// COMMIT wrote nothing, and its unit is never sold again.
+	CommitErrorKeeps bool
 	// ExpirySessionKeepsLast is a deliberate mistake, for the negative
 	// controls of table 28-1 only: an expiry job held open keeps only its
 	// last run's rows to give back at Commit, so a job run again before it

@@ -135,6 +135,9 @@ func (s *session) aroundCommit(ctx context.Context, commit func(context.Context)
 	case errors.Is(err, pgx.ErrTxCommitRollback), err != nil && ctx.Err() != nil && s.n.d.opts.GiveUpIsRollback: // the second: the mistake
 		s.giveBack()
 		return err
+	case err != nil && s.n.d.opts.CommitErrorKeeps: // the mistake
+		s.returned = nil
+		return err
 	case err != nil: // the commit may have happened: Settle will tell
 		for _, t := range s.taken {
 			s.n.addDoubt(t)
