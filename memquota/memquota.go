@@ -177,6 +177,12 @@ type Options struct {
 	// ("underselling is safe"): an attempt whose backend ended before its
 	// COMMIT wrote nothing, and its unit is never sold again.
 	CommitErrorKeeps bool
+	// GivesBackToMover is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a unit a Release or the expiry job moves goes
+	// back to the counter of the node that ran it, not the one that sold
+	// it (the total stays right): the seller's recount on restart frees
+	// the same unit again.
+	GivesBackToMover bool
 	// ExpirySessionKeepsLast is a deliberate mistake, for the negative
 	// controls of table 28-1 only: an expiry job held open keeps only its
 	// last run's rows to give back at Commit, so a job run again before it

@@ -597,7 +597,11 @@ func (n *node) transition(ctx context.Context, giveBack bool, stmt string, args 
 		return 0, errCrashed
 	}
 	for _, m := range moved {
-		n.d.giveBack(int(m.Node), m.SKU)
+		to := int(m.Node)
+		if n.d.opts.GivesBackToMover {
+			to = n.id // the mistake
+		}
+		n.d.giveBack(to, m.SKU)
 	}
 	return len(moved), nil
 }

@@ -33,7 +33,7 @@ type tester interface {
 
 // runDeploymentContract runs checkConfig, checkExpiryTiming, checkTTLAcrossDST, checkTTLMicroseconds,
 // checkConfirmTiming, checkJustPast, checkSession, checkUnitsPerSKU,
-// checkAnswersWhenSoldOut, checkAnswersInAnyPlanOrder, checkLateConflictsInAnyPlanOrder, checkConflictEndsBeforeLookup, checkExpiryCommitLost, checkSessionDiesBeforeCommit, checkKeyOnItsWay, checkTransitionMovesOneKey,
+// checkAnswersWhenSoldOut, checkAnswersInAnyPlanOrder, checkLateConflictsInAnyPlanOrder, checkConflictEndsBeforeLookup, checkExpiryCommitLost, checkSessionDiesBeforeCommit, checkExpiredByOtherNodeThenRestart, checkKeyOnItsWay, checkTransitionMovesOneKey,
 // checkDueHoldsItsUnit, checkDueReleases,
 // checkExpireAllDue,
 // checkOddText, checkDistinctText, checkHashCollisions,
@@ -100,6 +100,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting"},
 		{"a request refused by a unique index for its user's reservation, released before the strategy's next statement asks why (held by the kit's tracer), is USER_LIMIT or HELD, never SOLD_OUT while units are free",
 			func(r tester) { checkConflictEndsBeforeLookup(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictEndsBeforeLookup"},
+		{"a unit sold on one node and expired by the job on another goes back once: after the seller restarts, a SKU of 2 units (shares [1, 1]) sells at most 2",
+			func(r tester) { checkExpiredByOtherNodeThenRestart(r, t.env.Meta, t.env.DB, rs) }, strategy.SurvivesRestart, "checkExpiredByOtherNodeThenRestart"},
 		{"an attempt held open whose backend ends before its COMMIT wrote nothing: on a SKU of 1 unit, Commit fails and a new user is HELD",
 			func(r tester) { checkSessionDiesBeforeCommit(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkSessionDiesBeforeCommit"},
 		{"an expiry job whose COMMIT is lost (its backend ended while the kit's tracer held the COMMIT) gives back nothing: on a SKU of 1 unit, at most 1 reservation is active after it, and after the job runs again",
