@@ -51,15 +51,9 @@ func checkLateConflictsInAnyPlanOrder(t tester, meta strategy.Meta, db, admin *p
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sorted, err := sortedJoinsPool(ctx, db)
-	if err != nil {
-		t.Fatalf("a pool that joins by sorting: %v", err)
-	}
-	defer sorted.Close()
-	var wrong []string
-	for round := 0; round < lateConflictRounds && len(wrong) == 0; round++ {
-		wrong = lateConflictCrowd(ctx, t, meta, sorted, admin, rs, round)
-	}
+	wrong := sortedRounds(ctx, t, db, lateConflictRounds, func(sorted *pgxpool.Pool, round int) []string {
+		return lateConflictCrowd(ctx, t, meta, sorted, admin, rs, round)
+	})
 	if len(wrong) > 0 {
 		t.Errorf("%d answers of a crowd whose keys were taken by attempts that committed while it waited (joins by sorting) are not their own request's: %s", len(wrong), sample(wrong))
 	}

@@ -40,15 +40,9 @@ func checkAnswersInAnyPlanOrder(t tester, meta strategy.Meta, db *pgxpool.Pool, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sorted, err := sortedJoinsPool(ctx, db)
-	if err != nil {
-		t.Fatalf("a pool that joins by sorting: %v", err)
-	}
-	defer sorted.Close()
-	var wrong []string
-	for round := 0; round < planOrderRounds && len(wrong) == 0; round++ {
-		wrong = crowdInSortedPlans(ctx, t, meta, sorted, rs, round)
-	}
+	wrong := sortedRounds(ctx, t, db, planOrderRounds, func(sorted *pgxpool.Pool, round int) []string {
+		return crowdInSortedPlans(ctx, t, meta, sorted, rs, round)
+	})
 	if len(wrong) > 0 {
 		t.Errorf("%d answers of a crowd (joins by sorting) are not their own request's: %s", len(wrong), sample(wrong))
 	}
@@ -101,6 +95,23 @@ func crowdInSortedPlans(ctx context.Context, t tester, meta strategy.Meta, sorte
 		case (a.want == strategy.OutcomeHeld || a.want == strategy.OutcomeReplay) && (res.Reservation.Key != a.req.Key || res.Reservation.User != a.req.User):
 			wrong = append(wrong, fmt.Sprintf("%s (user %s): %s of the reservation of %s (user %s)", a.req.Key, a.req.User, res.Outcome, res.Reservation.Key, res.Reservation.User))
 		}
+	}
+	return wrong
+}
+
+// sortedRounds runs crowd on a pool that joins by sorting, round after
+// round, until one returns wrong answers or rounds have run, and returns
+// those answers.
+func sortedRounds(ctx context.Context, t tester, db *pgxpool.Pool, rounds int, crowd func(sorted *pgxpool.Pool, round int) []string) []string {
+	t.Helper()
+	sorted, err := sortedJoinsPool(ctx, db)
+	if err != nil {
+		t.Fatalf("a pool that joins by sorting: %v", err)
+	}
+	defer sorted.Close()
+	var wrong []string
+	for round := 0; round < rounds && len(wrong) == 0; round++ {
+		wrong = crowd(sorted, round)
 	}
 	return wrong
 }
