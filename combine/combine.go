@@ -239,6 +239,7 @@ var (
 	_ strategy.Releaser            = (*node)(nil)
 	_ strategy.Expirer             = (*node)(nil)
 	_ strategy.SessionOpener       = (*node)(nil)
+	_ strategy.Queuer              = (*node)(nil)
 	_ strategy.ExpirySessionOpener = (*node)(nil)
 	_ strategy.Session             = (*session)(nil)
 	_ strategy.ExpirySession       = (*session)(nil)

@@ -1,10 +1,7 @@
 package combine
 
-// Queued is the number of requests waiting in node i's combiner for sku,
-// not yet in a batch: tests wait for it instead of sleeping.
+// Queued is node i's strategy.Queuer answer for sku, for tests that hold a
+// *Deployment.
 func (d *Deployment) Queued(i int, sku string) int {
-	c := d.Node(i).(*node).combiners[sku]
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
+	return d.Node(i).(*node).Queued(sku)
 }

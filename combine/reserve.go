@@ -28,6 +28,18 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	}
 }
 
+// Queued is strategy.Queuer: the requests for sku waiting in this node's
+// combiner, not yet in a batch.
+func (n *node) Queued(sku string) int {
+	c, ok := n.combiners[sku]
+	if !ok {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
 // Lookup reads the committed reservation with this key, whatever its SKU.
 func (n *node) Lookup(ctx context.Context, key string) (strategy.Reservation, error) {
 	if ok, err := n.CheckKey(key); !ok {

@@ -14,6 +14,7 @@ type Capabilities struct {
 	Sessions      bool // SessionOpener
 	ExpirySession bool // ExpirySessionOpener
 	Lock          bool // LockTaker (its sessions are LockedSessions)
+	Queue         bool // Queuer
 
 	// On the deployment.
 	Age             bool // Ager
@@ -46,6 +47,7 @@ func ProbeNode(n Strategy) Capabilities {
 	_, c.Sessions = n.(SessionOpener)
 	_, c.ExpirySession = n.(ExpirySessionOpener)
 	_, c.Lock = n.(LockTaker)
+	_, c.Queue = n.(Queuer)
 	return c
 }
 
@@ -63,6 +65,7 @@ func (c Capabilities) Missing(want Capabilities) string {
 		{want.Sessions, c.Sessions, "SessionOpener"},
 		{want.ExpirySession, c.ExpirySession, "ExpirySessionOpener"},
 		{want.Lock, c.Lock, "LockTaker"},
+		{want.Queue, c.Queue, "Queuer"},
 		{want.Age, c.Age, "Ager (on the Deployment)"},
 		{want.Restart, c.Restart, "Restarter (on the Deployment)"},
 		{want.CrashMidReserve, c.CrashMidReserve, "ReserveCrasher (on the Deployment)"},

@@ -452,6 +452,19 @@ type LockTaker interface {
 	LockOf(sku string) LockInfo
 }
 
+// Queuer is implemented by nodes that hold requests in memory before any
+// of them reaches the database: a node that gathers a SKU's requests into
+// one batch (combine). Queued reports how many Reserve calls for sku wait
+// in the node right now, not yet sent. The harness waits for it before a
+// step that needs requests to go together, or in a known order, as it
+// waits for a backend in pg_blocking_pids: without it, whether two calls
+// begun one after the other are both queued when a batch starts is the
+// scheduler's doing, and a check that needs them together misses a bug in
+// some of its runs.
+type Queuer interface {
+	Queued(sku string) int
+}
+
 // LockInfo says where a lock lives, so the harness can watch it (for
 // Redis: PTTL of Key on the server of the Resource).
 type LockInfo struct {

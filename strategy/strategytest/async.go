@@ -2,6 +2,8 @@ package strategytest
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/reservebench/reservebench/strategy"
 )
@@ -61,4 +63,40 @@ func holdInSession(ctx context.Context, t tester, opener strategy.SessionOpener,
 		t.Skip("the attempt held open reports no backend: a wait behind it cannot be seen in PostgreSQL")
 	}
 	return s, pids
+}
+
+// awaitQueued waits until node holds n requests for sku in its memory
+// (strategy.Queuer), or one of done has answered (the answer is left in
+// it), so that the requests a check sent are queued together, and in the
+// order sent, before the step that lets their batch begin. reserveAsync
+// only knows that a call has begun; a node that batches may not have
+// queued it yet when the batch before it ends (ctl-combine-take-by-
+// candidates was missed once in a CI run that way). A node that queues
+// nothing in memory returns at once: its requests are on their way to the
+// database, where the check sees them wait.
+func awaitQueued(ctx context.Context, node strategy.Strategy, sku string, n int, done ...chan answer) error {
+	q, ok := node.(strategy.Queuer)
+	if !ok {
+		return nil
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if q.Queued(sku) >= n {
+			return nil
+		}
+		for _, d := range done {
+			select {
+			case a := <-d:
+				d <- a
+				return nil
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d requests for %s queued in the node: %w", q.Queued(sku), n, sku, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }

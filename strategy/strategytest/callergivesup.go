@@ -59,7 +59,13 @@ func othersGiveUp(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[
 	aCtx, giveUpA := context.WithCancel(ctx)
 	defer giveUpA()
 	a := reserveAsync(aCtx, &box, dep.Node(0), req("a"))
+	if err := awaitQueued(ctx, dep.Node(0), sku, 1, x, a); err != nil {
+		t.Fatalf("A behind X: %v", err)
+	}
 	b := reserveAsync(ctx, &box, dep.Node(0), req("b"))
+	if err := awaitQueued(ctx, dep.Node(0), sku, 2, x, a, b); err != nil {
+		t.Fatalf("A and B behind X: %v", err)
+	}
 	giveUpX()
 	xCame := func() bool {
 		bound, stop := context.WithTimeout(ctx, giveUpSeenWithin/4)

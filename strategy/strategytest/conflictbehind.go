@@ -156,12 +156,20 @@ func conflictBehindOne(ctx context.Context, t tester, dep strategy.Deployment, o
 		}
 		stockHolder, stockPIDs := holdInSession(ctx, t, opener, other("stock"), "attempt held open on the stock: "+cs.name)
 		defer func() { _ = stockHolder.Rollback(ctx) }()
-		first := reserveAsync(ctx, &box, dep.Node(0), other("first"))
-		if _, err := awaitAnswerOrBlocked(ctx, admin, int32(stockPIDs[0]), first); err != nil {
+		node := dep.Node(0)
+		first := reserveAsync(ctx, &box, node, other("first"))
+		firstWaits, err := awaitAnswerOrBlocked(ctx, admin, int32(stockPIDs[0]), first)
+		if err != nil {
 			t.Fatalf("a request behind the attempt on the stock: %v", err)
 		}
-		sent = reserveAsync(ctx, &box, dep.Node(0), cs.sent)
-		others = append(others, first, reserveAsync(ctx, &box, dep.Node(0), other("companion")))
+		sent = reserveAsync(ctx, &box, node, cs.sent)
+		companion := reserveAsync(ctx, &box, node, other("companion"))
+		if firstWaits {
+			if err := awaitQueued(ctx, node, cs.sent.SKU, 2, sent, companion); err != nil {
+				t.Fatalf("the request and its companion behind the batch that waits for the stock: %v", err)
+			}
+		}
+		others = append(others, first, companion)
 		switch err := stockHolder.Commit(ctx); {
 		case err == nil:
 			committed := make(chan answer, 1)

@@ -115,7 +115,8 @@ func lateConflictCrowd(ctx context.Context, t tester, meta strategy.Meta, sorted
 	}
 	b := &ask{req: keys[0].req, want: strategy.OutcomeKeyReused, owner: &keys[0].owner}
 	b.done = reserveAsync(ctx, &box, node, b.req)
-	if _, err := awaitAnswerOrBlocked(ctx, admin, int32(keys[0].pids[0]), b.done); err != nil {
+	bWaits, err := awaitAnswerOrBlocked(ctx, admin, int32(keys[0].pids[0]), b.done)
+	if err != nil {
 		t.Fatalf("request B behind the attempt that owns its key: %v", err)
 	}
 
@@ -123,6 +124,16 @@ func lateConflictCrowd(ctx context.Context, t tester, meta strategy.Meta, sorted
 	send := func(a *ask) {
 		a.done = reserveAsync(ctx, &box, node, a.req)
 		crowd = append(crowd, a)
+		if !bWaits {
+			return
+		}
+		var sent []chan answer
+		for _, c := range crowd {
+			sent = append(sent, c.done)
+		}
+		if err := awaitQueued(ctx, node, sku, len(crowd), sent...); err != nil {
+			t.Fatalf("the crowd behind request B's batch: %v", err)
+		}
 	}
 	for i, k := range keys[1:] {
 		send(&ask{req: k.req, want: strategy.OutcomeKeyReused, owner: &k.owner})
