@@ -16,7 +16,11 @@
 //	                           recount from the reservations in PostgreSQL
 //
 // Each declares the redis.conf settings it relies on in Meta.Needs, and Open
-// refuses (strategy.ErrConfig) a Redis that runs without them. Every variant
+// refuses (strategy.ErrConfig) a Redis that runs without them: every variant
+// needs maxmemory-policy noeviction (an evicted counter or marker loses or
+// doubles units while Redis runs), and the variants that keep nothing need
+// save "" (a restart from a snapshot brings back a stale counter that no
+// recount corrects, because it is not missing). Every variant
 // claims no oversell, idempotent keys, one active reservation per user,
 // return-once and conservation while Redis runs; only the recount claims to
 // survive a restart. What each loses is measured, with real SIGKILLs of

@@ -230,6 +230,12 @@ const (
 	// owed"): a transaction lost at its COMMIT, after the give-back, leaves
 	// the row HELD and its unit in the counter as well.
 	ExpireGiveBackInTx
+	// EvictionUndeclared: the variant does not ask for maxmemory-policy
+	// noeviction (rediscounter until 2026-12-07): under a maxmemory with an
+	// allkeys policy Redis may evict the counter or a marker of a SKU with
+	// units out, and a give-back then finds no marker (a unit lost) or
+	// recounts nothing (a unit sold twice).
+	EvictionUndeclared
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded
@@ -243,15 +249,28 @@ func (o Options) keep() Keep {
 	return o.Keep
 }
 
-// settings are the redis.conf lines a variant relies on.
+// settings are the redis.conf lines a variant relies on. Every variant
+// needs Redis to keep each key until the script deletes it: with a
+// maxmemory and an allkeys policy, Redis may evict the counter of a SKU
+// whose units are out, or a marker of a held unit, while it runs. The
+// variants that keep nothing across a restart also refuse snapshots
+// (save ""): a restart from an RDB file would bring back a stale counter
+// with the units sold since the snapshot counted free, which the recount
+// never sees, because the counter is not missing.
 func (o Options) settings() []string {
+	var out []string
 	switch o.keep() {
 	case KeepAOFEverysec:
-		return []string{"appendonly yes", "appendfsync everysec"}
+		out = []string{"appendonly yes", "appendfsync everysec"}
 	case KeepAOFAlways:
-		return []string{"appendonly yes", "appendfsync always"}
+		out = []string{"appendonly yes", "appendfsync always"}
+	default:
+		out = []string{"appendonly no", `save ""`}
 	}
-	return []string{"appendonly no"}
+	if o.Mistake != EvictionUndeclared {
+		out = append(out, "maxmemory-policy noeviction")
+	}
+	return out
 }
 
 // Claims are what every variant keeps while Redis runs. Only KeepRecover
@@ -367,6 +386,9 @@ func connect(ctx context.Context, cfg strategy.Config, opts Options) (*redis.Cli
 	rdb := redis.NewClient(opt)
 	for _, line := range opts.settings() {
 		name, want, _ := strings.Cut(line, " ")
+		if unquoted, err := strconv.Unquote(want); err == nil {
+			want = unquoted // save "" is the empty value
+		}
 		got, err := rdb.ConfigGet(ctx, name).Result()
 		if err != nil {
 			_ = rdb.Close()

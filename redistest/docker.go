@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,9 @@ func startDocker(ctx context.Context, settings []string) (*dockerServer, error) 
 	cmd := []string{"redis-server", "--save", ""}
 	for _, s := range settings {
 		name, value, _ := strings.Cut(s, " ")
+		if unquoted, err := strconv.Unquote(value); err == nil {
+			value = unquoted // save "" is the empty argument
+		}
 		cmd = append(cmd, "--"+name, value)
 	}
 	res, err := pool.RunWithOptions(&dockertest.RunOptions{Repository: DockerImage, Tag: DockerTag, Cmd: cmd},

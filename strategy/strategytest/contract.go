@@ -52,6 +52,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	}
 	var behind conflictBehind
 	var jump redisJump
+	var keyLost redisKeyLost
 	var fresh freshDatabase
 	parts := []part{
 		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
@@ -177,6 +178,15 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) {
 				jump.judge(r, jump.unconserved, "a unit lost after the jump", "the jump of Redis's clock did not run")
 			}, strategy.Conserves, "checkRedisClockJump"},
+		{"a strategy whose Redis may evict (no maxmemory-policy noeviction in its Needs) that loses any one key it wrote for a SKU with two units held, then releases one, sells no more than the stock",
+			func(r tester) {
+				keyLost.run(r, t.env.Meta, t.env.DB, t.env.Resources)
+				keyLost.judge(r, keyLost.oversold, "sold again after a key was lost", keyLost.notRun())
+			}, strategy.NoOversell, "checkRedisKeyLost"},
+		{"the same: every unit is in a reservation or available",
+			func(r tester) {
+				keyLost.judge(r, keyLost.unconserved, "a unit lost after a key was lost", keyLost.notRun())
+			}, strategy.Conserves, "checkRedisKeyLost"},
 		{"a SKU opened in a fresh database on the same resources (Redis) as an earlier one sells what the new stock says, not the earlier count: no more",
 			func(r tester) {
 				fresh.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs)
