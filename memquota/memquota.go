@@ -228,6 +228,14 @@ type Options struct {
 	// the node's units in doubt, so an insert whose client gave up and
 	// whose COMMIT lands after the recount has its unit sold again.
 	RestartSkipsOrphans bool
+	// RestartSkipsMoveOrphans is a deliberate mistake, for the negative
+	// controls: Restart (FromLog) waits for the backends of the node's
+	// inserts in doubt but not for those of the releases and expiries in
+	// doubt (memquota-recover until 2026-12-07): a release whose client
+	// gave up commits after the recount counted its row HELD, and the
+	// settling of moves skips it (its owner restarted), so its unit is
+	// never given back.
+	RestartSkipsMoveOrphans bool
 	// AttachSkipsOrphans is a deliberate mistake, for the negative controls
 	// of table 28-1 only (memquota-recover until 2026-12-06): a FromLog
 	// Attach recounts the log at once, so an insert of a predecessor that

@@ -31,6 +31,17 @@ func (d *Deployment) addMove(attempt int64, pid uint32) {
 	d.mmu.Unlock()
 }
 
+// movePIDs returns the backends of the moves in doubt.
+func (d *Deployment) movePIDs() []int32 {
+	d.mmu.Lock()
+	defer d.mmu.Unlock()
+	pids := make([]int32, 0, len(d.moves))
+	for _, m := range d.moves {
+		pids = append(pids, int32(m.pid))
+	}
+	return pids
+}
+
 // settleMovesSQL tells, for each move in doubt, whether its backend is
 // still there, and lists the rows that carry its attempt (none: a NULL
 // row).
