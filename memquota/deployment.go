@@ -508,6 +508,9 @@ func (d *Deployment) settle(ctx context.Context) (int, error) {
 	if d.opts.SettleByKey {
 		query = strings.Replace(query, " AND s.attempt = k.attempt", "", 1)
 	}
+	if d.opts.SettleActiveOnly {
+		query = strings.Replace(query, " AND s.attempt = k.attempt", " AND s.attempt = k.attempt AND s.status IN ('HELD', 'CONFIRMED')", 1)
+	}
 	rows, err := d.db.Query(ctx, query, keys, pids, attempts)
 	if err != nil {
 		return 0, fmt.Errorf("memquota: settle: %w", err)

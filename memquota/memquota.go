@@ -311,6 +311,13 @@ type Options struct {
 	// alone, not its key and attempt, so a row another attempt of the same
 	// key committed keeps the unit of an insert that wrote nothing.
 	SettleByKey bool
+	// SettleActiveOnly is a deliberate mistake, for the negative controls
+	// of table 28-1 only: settling a unit in doubt counts its insert as
+	// committed only if its row is still HELD or CONFIRMED ("a doubt holds
+	// its unit only while its row is active"): a request given up on that
+	// committed and was released before its backend ended has its unit
+	// given back a second time (outsider round 38's m5).
+	SettleActiveOnly bool
 	// ZeroShareIsUnset is a deliberate mistake, for the negative controls
 	// of table 28-1 only: a node's share of 0 in strategy.Stock.Shares is
 	// read as "not set", and the node gets the even split.

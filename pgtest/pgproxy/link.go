@@ -28,7 +28,10 @@ type link struct {
 	pending *Fault
 	sql     string
 	silent  bool // forwards nothing either way
-	closed  bool
+	// orphan: the client left while the proxy kept orphans; the server
+	// side stays open and what it sends is dropped.
+	orphan bool
+	closed bool
 	// wrote: a write of the current transaction was forwarded (a Write
 	// fault hits only the first).
 	wrote bool
@@ -75,8 +78,34 @@ func (l *link) run(dark bool) {
 		l.close() // the server closed: so does the client's side, as TCP would pass the FIN on
 	}()
 	l.clientToServer()
+	if l.isOrphan() {
+		_ = l.client.Close()
+		select {
+		case <-done: // the server side ended
+		case <-l.gone: // EndOrphans, Heal or Close
+		}
+	}
 	l.close()
 	<-done
+}
+
+func (l *link) isOrphan() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.orphan
+}
+
+// leave marks the link orphaned if the proxy keeps orphans, and reports it.
+func (l *link) leave() bool {
+	if !l.p.keepingOrphans() {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.orphan = true
+	}
+	return l.orphan
 }
 
 func (l *link) silence() {
@@ -117,9 +146,10 @@ func (l *link) close() {
 	}
 }
 
-// write forwards b unless the link is silent.
+// write forwards b unless the link is silent, or b is for the client of
+// an orphaned link.
 func (l *link) write(to net.Conn, b []byte) error {
-	if l.isSilent() {
+	if l.isSilent() || (to == l.client && l.isOrphan()) {
 		return nil
 	}
 	_, err := to.Write(b)
@@ -157,7 +187,11 @@ func (l *link) clientToServer() {
 	for {
 		typ, msg, err := readMessage(r)
 		if err != nil {
+			l.leave()
 			return
+		}
+		if typ == 'X' && l.leave() {
+			return // the Terminate stays here: the backend goes on
 		}
 		var sql string
 		switch typ {

@@ -106,7 +106,9 @@ type Proxy struct {
 	closed    bool
 	// losing: cancel requests are swallowed; lost counts them.
 	losing bool
-	lost   int
+	// keeping: a client's Terminate and close are not passed on (KeepOrphans).
+	keeping bool
+	lost    int
 	// gone: the backends of the connections that have closed.
 	gone []uint32
 	hits chan Hit
@@ -223,6 +225,56 @@ func (p *Proxy) LoseCancels(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.losing = on
+}
+
+// KeepOrphans makes the proxy keep the server side of a connection open
+// when its client leaves (on true): the client's Terminate is not passed
+// on and its close is not either, as when a client process dies behind a
+// load balancer that keeps the server connection, or its FIN is lost. The
+// backend finishes what it was running (a COMMIT held by a lock goes
+// through when the lock is let go) and stays, idle, in pg_stat_activity
+// until EndOrphans, Heal or Close. With LoseCancels, a client that gave up
+// on a statement leaves a backend that outlives its answer.
+func (p *Proxy) KeepOrphans(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keeping = on
+}
+
+// EndOrphans closes the server side of every connection whose client left
+// while KeepOrphans was on: their backends end.
+func (p *Proxy) EndOrphans() {
+	p.mu.Lock()
+	var orphans []*link
+	for l := range p.links {
+		if l.isOrphan() {
+			orphans = append(orphans, l)
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range orphans {
+		l.close()
+	}
+}
+
+// Orphans are the backends of the connections whose client left while
+// KeepOrphans was on, and that are still open.
+func (p *Proxy) Orphans() []uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []uint32
+	for l := range p.links {
+		if l.isOrphan() {
+			out = append(out, l.backendPID())
+		}
+	}
+	return out
+}
+
+func (p *Proxy) keepingOrphans() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keeping
 }
 
 // LostCancels is the number of cancel requests the proxy swallowed.

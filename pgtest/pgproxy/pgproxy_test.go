@@ -138,6 +138,28 @@ func TestLoseCancels(t *testing.T) {
 	}
 }
 
+// With KeepOrphans a client that closes its connection (here: Close,
+// which sends a Terminate) leaves its backend connected and idle until
+// EndOrphans.
+func TestKeepOrphans(t *testing.T) {
+	p, cfg, direct := through(t, pgtest.NewDatabase(t))
+	p.KeepOrphans(true)
+	c := connect(t, cfg)
+	pid := c.PgConn().PID()
+	require.NoError(t, c.Close(context.Background()))
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Contains(p.Orphans(), pid) {
+		require.True(t, time.Now().Before(deadline), "the connection its client closed is not an orphan after 30s")
+		time.Sleep(10 * time.Millisecond) // paces the question; the list decides
+	}
+	var n int
+	require.NoError(t, direct.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&n))
+	require.Equal(t, 1, n, "the orphan's backend is still connected")
+	p.EndOrphans()
+	waitGone(t, direct, pid)
+	require.Empty(t, p.Orphans())
+}
+
 // The first write of a transaction that is hit is executed, and the
 // transaction dies with the connection.
 func TestWriteDropInTransaction(t *testing.T) {

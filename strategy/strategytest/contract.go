@@ -165,6 +165,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkRestartBesideOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBesideOrphan"},
 		{"a node restarted while a Release it gave up on is still committing (its cancel lost) loses no unit: after that COMMIT goes through, a SKU of one unit sells its unit to a new user",
 			func(r tester) { checkRestartBesideMoveOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkRestartBesideMoveOrphan"},
+		{"a request given up on (its cancel and its close lost) that commits, is released, and only then loses its backend is counted as committed: a SKU of one unit then sells one more, not two",
+			func(r tester) { checkOrphanReleasedBeforeGone(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkOrphanReleasedBeforeGone"},
 		{"a successor process that attaches while a request its dead predecessor gave up on is still committing oversells nothing: after that COMMIT goes through, a SKU of one unit has at most one active reservation",
 			func(r tester) { checkAttachBesideOrphan(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.SurvivesRestart, "checkAttachBesideOrphan"},
 		{"where survives-restart is claimed, two attempts held open on a node while it restarts, then one rolled back and one committed, leave each SKU selling its unit once",
