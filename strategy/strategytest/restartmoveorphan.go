@@ -79,7 +79,7 @@ func checkRestartBesideMoveOrphan(t tester, meta strategy.Meta, db, admin *pgxpo
 	}
 	if pid == 0 {
 		a := <-done
-		t.Skip(fmt.Sprintf("the Release returned (%s units, %v) without being seen at a COMMIT after writing the row naming its key: no orphan to make", a.res.Reservation.Key, a.err))
+		t.Skip(fmt.Sprintf("the Release returned (%s units, an error: %v) without being seen at a COMMIT after writing the row naming its key: no orphan to make", a.res.Reservation.Key, a.err != nil))
 	}
 	giveUp()
 	first := <-done
