@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -51,32 +50,14 @@ func checkOrphanReleasedBeforeGone(t tester, meta strategy.Meta, db, admin *pgxp
 		t.Skip("no Release (strategy.Releaser)")
 	}
 	req := strategy.Request{Key: "kit-orphan-released-" + sku, User: "kit-orphan-released-" + sku, SKU: sku, TTL: time.Hour}
-	hold, err := holdCommitNaming(ctx, admin, req.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no commit to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer hold.removeOrReport(t)
-	p.LoseCancels(true)
 	p.KeepOrphans(true)
 	defer p.EndOrphans()
-	reqCtx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	var box panicBox
-	done := reserveAsync(reqCtx, &box, node, req)
-	pid, err := awaitWaiter(ctx, hold, done, besideWithin)
-	if err != nil {
-		t.Fatalf("Reserve %q held at its COMMIT: %v", req.Key, err)
-	}
-	if pid == 0 {
-		a := <-done
-		box.rethrow()
-		t.Skip(fmt.Sprintf("a request was answered (%s, an error: %v) without being seen at a COMMIT after writing a row naming its key: no orphan to make", a.res.Outcome, a.err != nil))
-	}
-	giveUp()
-	first := <-done
-	box.rethrow()
+	o := orphanAtCommit(ctx, t, p, admin, req.Key, "a request", func(ctx context.Context) answer {
+		res, err := node.Reserve(ctx, req)
+		return answer{res, err}
+	})
+	defer o.hold.removeOrReport(t)
+	hold, pid, first := o.hold, o.pid, o.first
 	// The client's connection closes a moment after its answer (pgx
 	// closes it once the cancel was sent): the COMMIT is let go only once
 	// the proxy keeps that backend's connection.
@@ -110,20 +91,7 @@ func checkOrphanReleasedBeforeGone(t tester, meta strategy.Meta, db, admin *pgxp
 	if err := awaitBackendGone(ctx, admin, pid); err != nil {
 		t.Fatalf("the orphan's backend %d: %v", pid, err)
 	}
-	held := 0
-	for i := range 3 {
-		more := strategy.Request{Key: fmt.Sprintf("kit-orphan-released-after-%d-%s", i, sku), User: fmt.Sprintf("kit-orphan-released-after-%d", i), SKU: sku, TTL: time.Hour}
-		res, err := reserveUnlessBusy(ctx, node, more)
-		if err != nil {
-			t.Fatalf("Reserve %q after the orphan's backend ended: %v", more.Key, err)
-		}
-		if res.Outcome == strategy.OutcomeHeld {
-			held++
-		}
-		if res.Outcome == strategy.OutcomeSoldOut {
-			break
-		}
-	}
+	held := sellAfter(ctx, t, node, sku, "kit-orphan-released", "the orphan's backend ended")
 	if held > 1 {
 		audit, _ := dep.Audit(ctx)
 		t.Errorf("a SKU of 1 unit: a request given up on (%v) committed, was released (%d units back) while its backend was still there, and the backend then ended: %d new users HELD (audit %v); want at most 1",

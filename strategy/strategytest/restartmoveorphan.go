@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -58,31 +57,12 @@ func checkRestartBesideMoveOrphan(t tester, meta strategy.Meta, db, admin *pgxpo
 	if res, err := reserveUnlessBusy(ctx, dep.Node(0), req); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Reserve %q on a SKU of 1 unit: %s, %v; want HELD", req.Key, res.Outcome, err)
 	}
-	hold, err := holdCommitNaming(ctx, admin, req.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no commit to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer hold.removeOrReport(t)
-	p.LoseCancels(true)
-	relCtx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	done := make(chan answer, 1)
-	go func() {
-		n, err := releaser().Release(relCtx, req.Key)
-		done <- answer{res: strategy.Result{Reservation: strategy.Reservation{Key: fmt.Sprint(n)}}, err: err}
-	}()
-	pid, err := awaitWaiter(ctx, hold, done, besideWithin)
-	if err != nil {
-		t.Fatalf("Release %q held at its COMMIT: %v", req.Key, err)
-	}
-	if pid == 0 {
-		a := <-done
-		t.Skip(fmt.Sprintf("the Release returned (%s units, an error: %v) without being seen at a COMMIT after writing the row naming its key: no orphan to make", a.res.Reservation.Key, a.err != nil))
-	}
-	giveUp()
-	first := <-done
+	o := orphanAtCommit(ctx, t, p, admin, req.Key, "the Release", func(ctx context.Context) answer {
+		_, err := releaser().Release(ctx, req.Key)
+		return answer{err: err}
+	})
+	defer o.hold.removeOrReport(t)
+	hold, pid, first := o.hold, o.pid, o.first
 	restarted := make(chan error, 1)
 	go func() { restarted <- restarter.Restart(ctx, 0) }()
 	timer := time.NewTimer(besideWithin) // a bound: only says Restart waits for the orphan
@@ -123,20 +103,7 @@ func checkRestartBesideMoveOrphan(t tester, meta strategy.Meta, db, admin *pgxpo
 			t.Fatalf("ExpireDue after the restart: %v", err)
 		}
 	}
-	held := 0
-	for i := range 3 {
-		more := strategy.Request{Key: fmt.Sprintf("kit-move-orphan-after-%d-%s", i, sku), User: fmt.Sprintf("kit-move-orphan-after-%d", i), SKU: sku, TTL: time.Hour}
-		res, err := reserveUnlessBusy(ctx, node, more)
-		if err != nil {
-			t.Fatalf("Reserve %q after the restart: %v", more.Key, err)
-		}
-		if res.Outcome == strategy.OutcomeHeld {
-			held++
-		}
-		if res.Outcome == strategy.OutcomeSoldOut {
-			break
-		}
-	}
+	held := sellAfter(ctx, t, node, sku, "kit-move-orphan", "the restart")
 	audit, err := dep.Audit(ctx)
 	if err != nil {
 		t.Fatalf("Audit: %v", err)

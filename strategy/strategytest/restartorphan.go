@@ -2,7 +2,6 @@ package strategytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -102,30 +101,12 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 		t.Skip(why)
 	}
 	req := strategy.Request{Key: "kit-orphan-" + sku, User: "kit-orphan-" + sku, SKU: sku, TTL: time.Hour}
-	hold, err := holdCommitNaming(ctx, admin, req.Key)
-	if errors.Is(err, errNoTables) {
-		t.Skip("the strategy keeps no tables in PostgreSQL: no commit to hold")
-	} else if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer hold.removeOrReport(t)
-	p.LoseCancels(true)
-	reqCtx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	var box panicBox
-	done := reserveAsync(reqCtx, &box, dep.Node(0), req)
-	pid, err := awaitWaiter(ctx, hold, done, besideWithin)
-	if err != nil {
-		t.Fatalf("Reserve %q held at its COMMIT: %v", req.Key, err)
-	}
-	if pid == 0 {
-		a := <-done
-		box.rethrow()
-		t.Skip(fmt.Sprintf("a request was answered (%s, %v) without being seen at a COMMIT after writing a row naming its key: no orphan to make", a.res.Outcome, a.err))
-	}
-	giveUp()
-	first := <-done
-	box.rethrow()
+	o := orphanAtCommit(ctx, t, p, admin, req.Key, "a request", func(ctx context.Context) answer {
+		res, err := dep.Node(0).Reserve(ctx, req)
+		return answer{res, err}
+	})
+	defer o.hold.removeOrReport(t)
+	hold, pid, first := o.hold, o.pid, o.first
 	// Cancels stay lost: pgx sends the one for the request given up on in
 	// the background, maybe after Reserve has returned.
 	type started struct {
@@ -168,19 +149,7 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	if orphan.Status.Active() {
 		sold++
 	}
-	for i := range 3 {
-		more := strategy.Request{Key: fmt.Sprintf("kit-orphan-after-%d-%s", i, sku), User: fmt.Sprintf("kit-orphan-after-%d", i), SKU: sku, TTL: time.Hour}
-		res, err := reserveUnlessBusy(ctx, node, more)
-		if err != nil {
-			t.Fatalf("Reserve %q after %s: %v", more.Key, next.what, err)
-		}
-		if res.Outcome == strategy.OutcomeHeld {
-			sold++
-		}
-		if res.Outcome == strategy.OutcomeSoldOut {
-			break
-		}
-	}
+	sold += sellAfter(ctx, t, node, sku, "kit-orphan", next.what)
 	if sold > 1 {
 		t.Errorf("a SKU of 1 unit: %d reservations active after %s while the request node 0 gave up on (answered %v) was held at its COMMIT, which then went through (%s; it waited for the COMMIT: %v); want at most 1",
 			sold, next.what, first.err, orphan.Status, waited)
