@@ -73,6 +73,9 @@ func (r *results) clientSection(b *strings.Builder, ix index) {
 	}
 	w("\n")
 	r.profileRanges(b, ix)
+	// Not this run's data: a benchmark of its own, measured side by side,
+	// whose numbers the method doc keeps.
+	w("A one-statement HELD path taken apart one layer at a time at one client (the strategy, pgxpool, pgx, pgx's wire protocol alone, pgbench), each layer's client CPU per reservation measured side by side by a benchmark of its own: %s.\n\n", see("one-layer-at-a-time", "one layer at a time, in the method"))
 	w("The functions with the most flat time, per profiled point:\n\n")
 	for _, name := range r.strategies() {
 		for _, c := range r.Config.ProfileClients {
