@@ -71,6 +71,12 @@ type Options struct {
 	// answers SOLD_OUT instead of BUSY ("others are taking the last
 	// units"), although nothing was tried to the end.
 	RetriesSpentSoldOut bool
+	// UnitsSummedOverRetries is a deliberate mistake, for the negative
+	// control ctl-units-summed-over-retries only: Release and ExpireDue
+	// add up the units each attempt's statement returned, so an attempt
+	// whose COMMIT failed and was retried counts its units twice
+	// (outsider round 40's hotrow-serializable).
+	UnitsSummedOverRetries bool
 }
 
 func (o Options) isolation() pgx.TxIsoLevel {
@@ -211,6 +217,7 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		iso:        opts.isolation(),
 		maxRetries: opts.maxRetries(),
 		spentSold:  opts.RetriesSpentSoldOut,
+		sumUnits:   opts.UnitsSummedOverRetries,
 		skus:       cfg.SKUs(),
 		owns:       pgstrategy.NewSKUs(cfg),
 	}
@@ -243,6 +250,7 @@ type Deployment struct {
 	iso        pgx.TxIsoLevel
 	maxRetries int
 	spentSold  bool // Options.RetriesSpentSoldOut
+	sumUnits   bool // Options.UnitsSummedOverRetries
 	skus       []string
 	owns       pgstrategy.SKUs
 

@@ -98,7 +98,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	}
 	var units int
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, sqlRelease, key, n.d.skus).Scan(&units)
+		return n.d.scanUnits(tx.QueryRow(ctx, sqlRelease, key, n.d.skus), &units)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("hotrow: release %q: %w", key, err)
@@ -114,10 +114,23 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 	}
 	var units int
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, sqlExpireDue, n.d.skus).Scan(&units)
+		return n.d.scanUnits(tx.QueryRow(ctx, sqlExpireDue, n.d.skus), &units)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("hotrow: expire due: %w", err)
 	}
 	return units, nil
+}
+
+// scanUnits reads an attempt's units into units: the attempt's alone, or,
+// with Options.UnitsSummedOverRetries' mistake, added to the attempts'
+// before it.
+func (d *Deployment) scanUnits(row pgx.Row, units *int) error {
+	if !d.sumUnits {
+		return row.Scan(units)
+	}
+	var u int
+	err := row.Scan(&u)
+	*units += u // the mistake
+	return err
 }

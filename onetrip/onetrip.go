@@ -90,6 +90,12 @@ type Options struct {
 	// that waited behind another's attempt is answered SOLD_OUT while the
 	// SKU has units.
 	CancelIsSoldOut bool
+	// HintReplaysByUser is a deliberate mistake, for the negative control
+	// ctl-hint-replays-by-user: while a node's hint says its SKU is sold
+	// out, a known key of the same user is answered REPLAY ("the user's
+	// own key: a resend") whatever SKU it was sold for, where it is
+	// KEY_REUSED (outsider round 40's m15).
+	HintReplaysByUser bool
 }
 
 func (o Options) maxRetries() int {
@@ -168,7 +174,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -208,6 +214,7 @@ type Deployment struct {
 	whyNotCountsEnded        bool // Options.WhyNotCountsEnded
 	invisibleConflictSoldOut bool // Options.InvisibleConflictSoldOut
 	cancelIsSoldOut          bool // Options.CancelIsSoldOut
+	hintReplaysByUser        bool // Options.HintReplaysByUser
 
 	retries atomic.Int64
 }

@@ -220,6 +220,9 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 		if n.d.soldOutFromMemory {
 			w.hasUnit = false // the mistake: the hint, not the stock, answers
 		}
+		if n.d.hintReplaysByUser && w.ownerSet && w.owner.User == req.User {
+			return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: w.owner}, nil // the mistake
+		}
 		if res, ok, err := w.answer(req, nil); ok {
 			return res, err
 		}

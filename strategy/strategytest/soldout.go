@@ -23,7 +23,7 @@ import (
 //     reservation (also all at once), and one sent with a longer TTL
 //     leaves its expires_at where it was;
 //   - one of them sent by another user, or by its user for SKU B, is
-//     KEY_REUSED;
+//     KEY_REUSED, and so is X's key for B sent for A, by X or another user;
 //   - X, who holds only B, asking for A is SOLD_OUT, not USER_LIMIT;
 //   - a user who holds A asking again under a new key is USER_LIMIT or
 //     SOLD_OUT, and a new user SOLD_OUT. Either answer, because the
@@ -113,6 +113,16 @@ func checkAnswersWhenSoldOut(t tester, meta strategy.Meta, db *pgxpool.Pool, rs 
 		elsewhere := held[0]
 		elsewhere.SKU = skuB
 		ask(i, "a sold key from its user for SKU B", elsewhere, strategy.OutcomeKeyReused)
+		// And the other way: a key of B sent for A, which the node last
+		// found sold out. A node that asks "why not" first while it
+		// remembers A sold out has to compare the key's SKU there too
+		// (outsider round 40's onetrip answered its user REPLAY).
+		xForA := x
+		xForA.SKU = skuA
+		ask(i, "user X's key for SKU B, sent by X for the sold-out A", xForA, strategy.OutcomeKeyReused)
+		xByOther := xForA
+		xByOther.User = "kit-out-user-other"
+		ask(i, "user X's key for SKU B, sent by another user for the sold-out A", xByOther, strategy.OutcomeKeyReused)
 		ask(i, "user X, who holds only SKU B, asking for A", strategy.Request{Key: fmt.Sprintf("kit-out-x-a%d-%s", i, base), User: x.User, SKU: skuA, TTL: time.Hour}, strategy.OutcomeSoldOut)
 		again := held[1]
 		again.Key = fmt.Sprintf("kit-out-again-%d-%s", i, base)

@@ -149,13 +149,24 @@ ORDER BY 2`
 // and 'fail-any' raises it for every row whose new text names the key.
 // 'skip' leaves the row unwritten, without an error, as an INSERT ... ON
 // CONFLICT DO NOTHING does that meets a row its snapshot cannot see.
+// 'fail-once' raises SQLSTATE 40001 for every row naming the key while the
+// sequence TG_ARGV[2] has not passed 1 (nextval is not undone by the
+// rollback): deferred to the COMMIT (failOnceAtCommit), the first
+// transaction that wrote such a row fails there, and the next go through.
 const sqlNamingFunction = `
 CREATE OR REPLACE FUNCTION %s.kit_writes_naming() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF strpos(row_to_json(NEW)::text, TG_ARGV[0]) > 0
-       AND (TG_ARGV[1] IN ('fail-any', 'hold-any') OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
+       AND (TG_ARGV[1] IN ('fail-any', 'hold-any', 'fail-once') OR TG_OP = 'INSERT' OR strpos(row_to_json(OLD)::text, TG_ARGV[0]) = 0) THEN
         IF TG_ARGV[1] = 'skip' THEN
             RETURN NULL;
+        END IF;
+        IF TG_ARGV[1] = 'fail-once' THEN
+            IF nextval(TG_ARGV[2]::regclass) = 1 THEN
+                RAISE EXCEPTION 'reservebench kit: the first commit of a write naming %% fails with a serialization failure', TG_ARGV[0]
+                    USING ERRCODE = '40001';
+            END IF;
+            RETURN NEW;
         END IF;
         IF TG_ARGV[1] IN ('fail', 'fail-any') THEN
             RAISE EXCEPTION 'reservebench kit: a write naming %% fails with SQLSTATE %%', TG_ARGV[0], TG_ARGV[2]
@@ -328,6 +339,58 @@ func failWritesNaming(ctx context.Context, admin *pgxpool.Pool, key, code string
 		return nil, fmt.Errorf("fail writes naming %q: %w", key, err)
 	}
 	return tr, nil
+}
+
+// failOnce is failOnceAtCommit's trigger and its sequence.
+type failOnce struct {
+	*namingTrigger
+	seq string
+}
+
+// failOnceSeq numbers the sequences of failOnceAtCommit in this process.
+var failOnceSeq atomic.Int32
+
+// failOnceAtCommit makes the COMMIT of the first transaction that writes a
+// row naming key (an insert of it, or an update of a row that names it)
+// fail with a serialization failure (40001), as SERIALIZABLE's check at
+// commit can; the transactions after it commit. The caller defers remove.
+func failOnceAtCommit(ctx context.Context, admin *pgxpool.Pool, key string) (*failOnce, error) {
+	f := &failOnce{namingTrigger: &namingTrigger{key: key, admin: admin, atCommit: true}}
+	err := pgx.BeginFunc(ctx, admin, func(tx pgx.Tx) error {
+		var schema string
+		if err := tx.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'
+			ORDER BY format('%I.%I', n.nspname, c.relname) LIMIT 1`).Scan(&schema); errors.Is(err, pgx.ErrNoRows) {
+			return errNoTables
+		} else if err != nil {
+			return err
+		}
+		f.seq = pgx.Identifier{schema, fmt.Sprintf("kit_fail_once_%d_%d", time.Now().UnixNano()%1e9, failOnceSeq.Add(1))}.Sanitize()
+		if _, err := tx.Exec(ctx, `CREATE SEQUENCE `+f.seq); err != nil {
+			return fmt.Errorf("create the sequence: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `GRANT USAGE, UPDATE ON SEQUENCE `+f.seq+` TO PUBLIC`); err != nil {
+			return fmt.Errorf("grant the sequence: %w", err)
+		}
+		return f.install(tx, []string{"fail-once", f.seq})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fail the first commit naming %q: %w", key, err)
+	}
+	return f, nil
+}
+
+// remove drops the triggers, then the sequence.
+func (f *failOnce) remove() error {
+	if err := f.namingTrigger.remove(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.admin.Exec(ctx, `DROP SEQUENCE IF EXISTS `+f.seq); err != nil {
+		return fmt.Errorf("drop the sequence of the first commit naming %q: %w", f.key, err)
+	}
+	return nil
 }
 
 // skipWritesOrSkip is skipWritesNaming for a check, as holdWritesOrSkip.

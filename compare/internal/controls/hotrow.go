@@ -13,5 +13,9 @@ func hotrowMistakes() []Control {
 			"ctl-retries-spent-sold-out", "hotrow-repeatable-read with one mistake", "new",
 			"a Reserve whose retries all failed (40001 each time) answers SOLD_OUT instead of BUSY (\"others are taking the last units\"): nothing was tried to the end, and the SKU has units",
 			inContract(contract, "checkWritesKeepFailing")),
+		fromStrategy(hotrow.New(hotrow.Options{Isolation: pgx.Serializable, UnitsSummedOverRetries: true}),
+			"ctl-units-summed-over-retries", "hotrow-serializable with one mistake", "new",
+			"Release and the expiry job add up the units each attempt's statement returned: an attempt whose COMMIT failed with 40001 and was retried counts its units twice, a Release of one unit reports 2 (outsider round 40's m2 and m3)",
+			inContract(contract, "checkRetriedAtCommit")),
 	}
 }

@@ -1,0 +1,148 @@
+package strategytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkRetriedAtCommit: a call whose first COMMIT fails with a
+// serialization failure (40001), as SERIALIZABLE's check at commit fails
+// a transaction, and which the strategy runs again, answers for the
+// attempt that committed alone. A strategy that retries and adds up what
+// each attempt's statement returned reports a Release of one unit as 2,
+// an expiry run of one due row as 2 (outsider round 40's
+// hotrow-serializable: units summed over the attempts), and any count the
+// caller keeps drifts from the stock. No scenario failed a COMMIT after
+// its statements had run: serialization failures under contention mostly
+// end a statement, which returns nothing to add up.
+//
+// On a SKU of 3 units, three keys are HELD; then, one call at a time, the
+// first commit of a transaction writing a row naming the call's key fails
+// (failOnceAtCommit): the Release of the first must report 1 unit, the
+// expiry job run with only the second due must report 1, the Confirm of
+// the third must report true, and a new request must be HELD. A call that
+// answers an error instead (a strategy that does not retry) is sent
+// again, and the resend is held to what its key's row then says. Last,
+// the audit: 2 active, 1 available.
+func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const total = 3
+	sku := kitSKU("commit-retried")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	key := func(what string) string { return "kit-commit-retried-" + what + "-" + sku }
+	for _, what := range []string{"rel", "due", "conf"} {
+		req := strategy.Request{Key: key(what), User: key(what), SKU: sku, TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve %q on a SKU of %d units: %s, %v; want HELD", req.Key, total, res.Outcome, err)
+		}
+	}
+	var wrong []string
+	// failing runs call with the first commit naming k failing, then, if
+	// it answered an error, once more without the fault.
+	failing := func(k string, call func() error) (first error) {
+		f, err := failOnceAtCommit(ctx, admin, k)
+		if errors.Is(err, errNoTables) {
+			t.Skip("the strategy keeps no tables in PostgreSQL: no commit to fail")
+		} else if err != nil {
+			t.Fatalf("%v", err)
+		}
+		first = call()
+		if err := f.remove(); err != nil {
+			t.Fatalf("%v", err)
+		}
+		return first
+	}
+	status := func(k string) strategy.Status {
+		r, err := node.Lookup(ctx, k)
+		if err != nil {
+			t.Fatalf("Lookup %q: %v", k, err)
+		}
+		return r.Status
+	}
+	// want is what a resend must report: 1 if its key's row is still HELD.
+	want := func(k string) int {
+		if status(k) == strategy.StatusHeld {
+			return 1
+		}
+		return 0
+	}
+
+	if r, ok := node.(strategy.Releaser); ok {
+		k := key("rel")
+		var units int
+		if err := failing(k, func() (err error) { units, err = r.Release(ctx, k); return err }); err == nil {
+			if units != 1 {
+				wrong = append(wrong, fmt.Sprintf("Release of a HELD key whose first commit failed with 40001: %d units, want 1", units))
+			}
+		} else {
+			w := want(k)
+			if units, err := r.Release(ctx, k); err != nil || units != w {
+				wrong = append(wrong, fmt.Sprintf("Release of a HELD key sent again after its first answered an error (its first commit failed with 40001): %d, %v; want %d", units, err, w))
+			}
+		}
+	}
+	ager, canAge := dep.(strategy.Ager)
+	if e, ok := node.(strategy.Expirer); ok && canAge {
+		k := key("due")
+		if n, err := ager.MakeDue(ctx, []string{k}); err != nil || n != 1 {
+			t.Fatalf("MakeDue %q: %d, %v; want 1", k, n, err)
+		}
+		var units int
+		if err := failing(k, func() (err error) { units, err = e.ExpireDue(ctx); return err }); err == nil {
+			if units != 1 {
+				wrong = append(wrong, fmt.Sprintf("the expiry job with one due reservation, whose first commit failed with 40001: %d units, want 1", units))
+			}
+		} else {
+			w := want(k)
+			if units, err := e.ExpireDue(ctx); err != nil || units != w {
+				wrong = append(wrong, fmt.Sprintf("the expiry job run again after its first run answered an error (its first commit failed with 40001): %d, %v; want %d", units, err, w))
+			}
+		}
+	}
+	if c, ok := node.(strategy.Confirmer); ok {
+		k := key("conf")
+		var confirmed bool
+		if err := failing(k, func() (err error) { confirmed, err = c.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); return err }); err == nil {
+			if !confirmed {
+				wrong = append(wrong, "Confirm of a HELD key whose first commit failed with 40001: false, want true")
+			}
+		} else if confirmed, err := c.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); err != nil || !confirmed {
+			wrong = append(wrong, fmt.Sprintf("Confirm of a HELD key sent again after its first answered an error (its first commit failed with 40001): %v, %v; want true", confirmed, err))
+		}
+	}
+	k := key("new")
+	req := strategy.Request{Key: k, User: k, SKU: sku, TTL: time.Hour}
+	var res strategy.Result
+	if err := failing(k, func() (err error) { res, err = node.Reserve(ctx, req); return err }); err != nil || res.Outcome == strategy.OutcomeBusy {
+		res, err = reserveUnlessBusy(ctx, node, req)
+		if err != nil || (res.Outcome != strategy.OutcomeHeld && res.Outcome != strategy.OutcomeReplay) {
+			wrong = append(wrong, fmt.Sprintf("a new request sent again after its first (its first commit failed with 40001) answered an error or BUSY: %s, %v; want HELD or REPLAY", res.Outcome, err))
+		}
+	} else if res.Outcome != strategy.OutcomeHeld {
+		wrong = append(wrong, fmt.Sprintf("a new request whose first commit failed with 40001 on a SKU with a unit: %s, want HELD", res.Outcome))
+	}
+	au, err := soleAudit(ctx, dep, "after the calls whose first commit failed")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if au.Drift() != 0 || au.Active > total {
+		wrong = append(wrong, fmt.Sprintf("audit: total %d, available %d, active %d; want drift 0", au.Total, au.Available, au.Active))
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%d calls answered for more than the attempt that committed: %s", len(wrong), strings.Join(wrong, "; "))
+	}
+}
