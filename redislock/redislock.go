@@ -102,6 +102,11 @@ const (
 	// stock after, is told SOLD_OUT, though its own reservation holds the
 	// unit (outsider round 29's rl1).
 	PreCheckStockOnly
+	// GoneAfterCommitIsBusy: a request whose caller gave up by the time
+	// its COMMIT and its unlock are done is answered BUSY ("the caller
+	// left: try again"), though its reservation is written (outsider round
+	// 40's m6).
+	GoneAfterCommitIsBusy
 )
 
 func (o Options) wait() time.Duration {
@@ -269,7 +274,7 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
-		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly,
+		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -297,6 +302,7 @@ type Deployment struct {
 	doubleCheckStockOnly bool // Options.Mistake DoubleCheckStockOnly
 	preCheckStockOnly    bool // Options.Mistake PreCheckStockOnly
 	sessionRelocks       bool // Options.Mistake SessionRelocks
+	goneIsBusy           bool // Options.Mistake GoneAfterCommitIsBusy
 }
 
 var (

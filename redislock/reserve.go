@@ -79,6 +79,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if err != nil {
 		return strategy.Result{}, wrap("reserve", req.Key, err)
 	}
+	if d.goneIsBusy && ctx.Err() != nil {
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake
+	}
 	if unlockErr != nil && d.unlockErrorIsBusy {
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the mistake
 	}
