@@ -51,6 +51,8 @@ func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool,
 		}
 	}
 	var wrong []string
+	done := map[string]bool{} // the calls that ran and answered that they moved their key
+	callNames := map[string]string{"rel": "the Release", "due": "the expiry run", "conf": "the Confirm", "new": "the new request"}
 	// failing runs call with the first commit naming k failing, then, if
 	// it answered an error, once more without the fault.
 	failing := func(k string, call func() error) (first error) {
@@ -85,12 +87,15 @@ func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool,
 		k := key("rel")
 		var units int
 		if err := failing(k, func() (err error) { units, err = r.Release(ctx, k); return err }); err == nil {
+			done["rel"] = units == 1
 			if units != 1 {
 				wrong = append(wrong, fmt.Sprintf("Release of a HELD key whose first commit failed with 40001: %d units, want 1", units))
 			}
 		} else {
 			w := want(k)
-			if units, err := r.Release(ctx, k); err != nil || units != w {
+			units, err := r.Release(ctx, k)
+			done["rel"] = err == nil && units == 1
+			if err != nil || units != w {
 				wrong = append(wrong, fmt.Sprintf("Release of a HELD key sent again after its first answered an error (its first commit failed with 40001): %d, %v; want %d", units, err, w))
 			}
 		}
@@ -103,12 +108,15 @@ func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool,
 		}
 		var units int
 		if err := failing(k, func() (err error) { units, err = e.ExpireDue(ctx); return err }); err == nil {
+			done["due"] = units == 1
 			if units != 1 {
 				wrong = append(wrong, fmt.Sprintf("the expiry job with one due reservation, whose first commit failed with 40001: %d units, want 1", units))
 			}
 		} else {
 			w := want(k)
-			if units, err := e.ExpireDue(ctx); err != nil || units != w {
+			units, err := e.ExpireDue(ctx)
+			done["due"] = err == nil && units == 1
+			if err != nil || units != w {
 				wrong = append(wrong, fmt.Sprintf("the expiry job run again after its first run answered an error (its first commit failed with 40001): %d, %v; want %d", units, err, w))
 			}
 		}
@@ -117,23 +125,47 @@ func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool,
 		k := key("conf")
 		var confirmed bool
 		if err := failing(k, func() (err error) { confirmed, err = c.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); return err }); err == nil {
+			done["conf"] = confirmed
 			if !confirmed {
 				wrong = append(wrong, "Confirm of a HELD key whose first commit failed with 40001: false, want true")
 			}
-		} else if confirmed, err := c.Confirm(ctx, k, strategy.ConfirmBeforeExpiry); err != nil || !confirmed {
-			wrong = append(wrong, fmt.Sprintf("Confirm of a HELD key sent again after its first answered an error (its first commit failed with 40001): %v, %v; want true", confirmed, err))
+		} else {
+			confirmed, err := c.Confirm(ctx, k, strategy.ConfirmBeforeExpiry)
+			done["conf"] = err == nil && confirmed
+			if !done["conf"] {
+				wrong = append(wrong, fmt.Sprintf("Confirm of a HELD key sent again after its first answered an error (its first commit failed with 40001): %v, %v; want true", confirmed, err))
+			}
 		}
 	}
 	k := key("new")
 	req := strategy.Request{Key: k, User: k, SKU: sku, TTL: time.Hour}
 	var res strategy.Result
-	if err := failing(k, func() (err error) { res, err = node.Reserve(ctx, req); return err }); err != nil || res.Outcome == strategy.OutcomeBusy {
-		res, err = reserveUnlessBusy(ctx, node, req)
-		if err != nil || (res.Outcome != strategy.OutcomeHeld && res.Outcome != strategy.OutcomeReplay) {
-			wrong = append(wrong, fmt.Sprintf("a new request sent again after its first (its first commit failed with 40001) answered an error or BUSY: %s, %v; want HELD or REPLAY", res.Outcome, err))
+	if rerr := failing(k, func() (err error) { res, err = node.Reserve(ctx, req); return err }); rerr != nil || res.Outcome == strategy.OutcomeBusy {
+		res, rerr = reserveUnlessBusy(ctx, node, req)
+		done["new"] = rerr == nil && (res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay)
+		if !done["new"] {
+			wrong = append(wrong, fmt.Sprintf("a new request sent again after its first (its first commit failed with 40001) answered an error or BUSY: %s, %v; want HELD or REPLAY", res.Outcome, rerr))
 		}
 	} else if res.Outcome != strategy.OutcomeHeld {
 		wrong = append(wrong, fmt.Sprintf("a new request whose first commit failed with 40001 on a SKU with a unit: %s, want HELD", res.Outcome))
+	} else {
+		done["new"] = true
+	}
+	// Each answer is borne out by its key's row: an attempt that answers
+	// for work a failed attempt did, and commits none of it (outsider
+	// round 40's m1: a retry that found "already HELD" and committed an
+	// empty transaction), reports what no row shows.
+	for _, w := range []struct {
+		what string
+		st   strategy.Status
+	}{{"rel", strategy.StatusReleased}, {"due", strategy.StatusExpired}, {"conf", strategy.StatusConfirmed}, {"new", strategy.StatusHeld}} {
+		what, st := w.what, w.st
+		if !done[what] {
+			continue
+		}
+		if got := status(key(what)); got != st {
+			wrong = append(wrong, fmt.Sprintf("%s answered as done, but Lookup of its key says %s, want %s", callNames[what], got, st))
+		}
 	}
 	au, err := soleAudit(ctx, dep, "after the calls whose first commit failed")
 	if err != nil {
