@@ -107,6 +107,13 @@ const (
 	// left: try again"), though its reservation is written (outsider round
 	// 40's m6).
 	GoneAfterCommitIsBusy
+	// SetFromCheck: under the lock the double check's read is taken as
+	// the truth, and the UPDATE writes available = <that read> - 1 (with
+	// its condition): when two holders overlap (an early unlock, an
+	// expired lease, an emptied Redis), the second writes the first's
+	// decrement again, and two reservations take one unit (outsider round
+	// 40's m5).
+	SetFromCheck
 )
 
 func (o Options) wait() time.Duration {
@@ -274,7 +281,7 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
-		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy,
+		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy, setFromCheck: opts.Mistake == SetFromCheck,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
 			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
@@ -303,6 +310,7 @@ type Deployment struct {
 	preCheckStockOnly    bool // Options.Mistake PreCheckStockOnly
 	sessionRelocks       bool // Options.Mistake SessionRelocks
 	goneIsBusy           bool // Options.Mistake GoneAfterCommitIsBusy
+	setFromCheck         bool // Options.Mistake SetFromCheck
 }
 
 var (

@@ -35,6 +35,9 @@ VALUES ($1, $2, $3, 'HELD', now() + $4 * interval '1 microsecond')
 ON CONFLICT (request_key) DO NOTHING
 RETURNING expires_at`
 	sqlTakeUnit = `UPDATE {p}_stock SET available = available - 1 WHERE sku = $1 AND available > 0`
+	// sqlTakeUnitFromCheck is Options.Mistake SetFromCheck's decrement:
+	// the double check's read ($2) less one.
+	sqlTakeUnitFromCheck = `UPDATE {p}_stock SET available = $2::int - 1 WHERE sku = $1 AND available > 0`
 	// sqlTakeUnitLockOnly is the negative control's: no condition.
 	sqlTakeUnitLockOnly = `UPDATE {p}_stock SET available = available - 1 WHERE sku = $1`
 
@@ -184,11 +187,14 @@ func (d *Deployment) underLock(ctx context.Context, tx pgx.Tx, req strategy.Requ
 	default:
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
 	}
-	take := sqlTakeUnit
+	take, args := sqlTakeUnit, []any{req.SKU}
 	if d.lockOnly {
 		take = sqlTakeUnitLockOnly
 	}
-	tag, err := sp.Exec(ctx, d.tb.q(take), req.SKU)
+	if d.setFromCheck {
+		take, args = sqlTakeUnitFromCheck, []any{req.SKU, available} // the mistake
+	}
+	tag, err := sp.Exec(ctx, d.tb.q(take), args...)
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("take unit: %w", err)
 	}
