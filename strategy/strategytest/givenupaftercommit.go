@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,10 +32,12 @@ const redisPauseFor = 5 * time.Second
 // The request is held at its COMMIT (holdCommitNaming, seen in pg_locks);
 // the strategy's Redis, when it has one the kit started, pauses its
 // writes (CLIENT PAUSE WRITE); the COMMIT is let go and its transaction
-// seen ended in pg_stat_activity; then the caller gives up, Redis's writes
-// go on, and the answer is held to what Lookup says of the key. Without a
-// Redis to pause, the work after the commit may end before the caller
-// gives up: the check then sees HELD, which holds.
+// seen ended in pg_stat_activity, and the strategy's next Redis write seen
+// blocked by the pause (CLIENT LIST); then the caller gives up, Redis's
+// writes go on, and the answer is held to what Lookup says of the key.
+// Without a Redis to pause, or with no write to it after the commit, the
+// work after the commit may end before the caller gives up: the check then
+// sees HELD, which holds.
 func checkGivenUpAfterCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, res resourcetest.Set) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -68,12 +71,13 @@ func checkGivenUpAfterCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 		t.Skip(fmt.Sprintf("a request was answered (%s) without being seen at a COMMIT after writing a row naming its key: nothing to give up after", summary(a)))
 	}
 	unpause := func() {}
+	var rdb *redis.Client
 	if srv, ok := res[strategy.Redis]; ok && srv.Controllable() {
 		opt, err := redis.ParseURL(srv.Addr())
 		if err != nil {
 			t.Fatalf("the strategy's Redis address: %v", err)
 		}
-		rdb := redis.NewClient(opt)
+		rdb = redis.NewClient(opt)
 		defer rdb.Close()
 		if err := rdb.Do(ctx, "CLIENT", "PAUSE", redisPauseFor.Milliseconds(), "WRITE").Err(); err != nil {
 			t.Fatalf("CLIENT PAUSE of the strategy's Redis: %v", err)
@@ -93,9 +97,24 @@ func checkGivenUpAfterCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	if err := awaitBackendDone(ctx, admin, pid); err != nil {
 		t.Fatalf("the request's backend %d: %v", pid, err)
 	}
+	// The backend is idle once it has sent the COMMIT's answer, not once
+	// the strategy has read it: a caller that gives up in between makes
+	// pgx fail the read, and the strategy rightly answers an error. A
+	// client of the paused Redis seen blocked is the strategy past its
+	// commit, writing; an answer first means it had nothing to write.
+	var a answer
+	answered := false
+	if rdb != nil {
+		a, answered, err = awaitPausedWriter(ctx, rdb, done)
+		if err != nil {
+			t.Fatalf("Reserve %q, its COMMIT gone through: %v", req.Key, err)
+		}
+	}
 	giveUp()
 	unpause()
-	a := <-done
+	if !answered {
+		a = <-done
+	}
 	box.rethrow()
 	r, err := node.Lookup(ctx, req.Key)
 	if err != nil {
@@ -108,4 +127,42 @@ func checkGivenUpAfterCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	case a.res.Outcome != strategy.OutcomeHeld && r.Status.Active():
 		t.Errorf("Reserve %q, its caller gone once its COMMIT went through: %s, which says nothing was written, but Lookup says %s; want HELD or an error (unknown)", req.Key, a.res.Outcome, r.Status)
 	}
+}
+
+// awaitPausedWriter waits until one of rdb's clients is blocked by its
+// CLIENT PAUSE WRITE (flag b in CLIENT LIST), or the request is answered
+// first (answered true). The pause ends by itself after redisPauseFor, so
+// one of the two comes.
+func awaitPausedWriter(ctx context.Context, rdb *redis.Client, done <-chan answer) (a answer, answered bool, err error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		list, err := rdb.ClientList(ctx).Result()
+		if err != nil {
+			return answer{}, false, fmt.Errorf("CLIENT LIST of the strategy's Redis: %w", err)
+		}
+		if pausedWriter(list) {
+			return answer{}, false, nil
+		}
+		select {
+		case a := <-done:
+			return a, true, nil
+		case <-ctx.Done():
+			return answer{}, false, fmt.Errorf("neither answered nor seen writing to Redis: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// pausedWriter reports whether a CLIENT LIST reply has a client blocked
+// (flag b): under CLIENT PAUSE WRITE, one waiting to write.
+func pausedWriter(list string) bool {
+	for _, line := range strings.Split(list, "\n") {
+		for _, field := range strings.Fields(line) {
+			if flags, ok := strings.CutPrefix(field, "flags="); ok && strings.Contains(flags, "b") {
+				return true
+			}
+		}
+	}
+	return false
 }
