@@ -103,3 +103,21 @@ func sellAfter(ctx context.Context, t tester, node strategy.Strategy, sku, prefi
 	}
 	return held
 }
+
+// openBehindProxy opens meta with one SKU of one unit, named after name,
+// over a pool whose connections go through a proxy the check can cut, as
+// the checks beside an orphan start. The caller defers closeAll.
+func openBehindProxy(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, name string) (p *pgproxy.Proxy, dep strategy.Deployment, cfg strategy.Config, closeAll func()) {
+	t.Helper()
+	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	cfg = strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: kitSKU(name), Total: 1}}}
+	dep, err = meta.Open(ctx, cfg)
+	if err != nil {
+		closeBoth()
+		t.Fatalf("Open: %v", err)
+	}
+	return p, dep, cfg, func() { dep.Close(); closeBoth() }
+}

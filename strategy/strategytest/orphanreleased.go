@@ -33,17 +33,9 @@ func checkOrphanReleasedBeforeGone(t tester, meta strategy.Meta, db, admin *pgxp
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer closeBoth()
-	sku := kitSKU("orphan-released")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
+	p, dep, cfg, closeAll := openBehindProxy(ctx, t, meta, db, rs, "orphan-released")
+	defer closeAll()
+	sku := cfg.Stock[0].SKU
 	node := dep.Node(0)
 	releaser, ok := node.(strategy.Releaser)
 	if !ok {

@@ -34,17 +34,9 @@ func checkRestartBesideMoveOrphan(t tester, meta strategy.Meta, db, admin *pgxpo
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer closeBoth()
-	sku := kitSKU("restart-move-orphan")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
+	p, dep, cfg, closeAll := openBehindProxy(ctx, t, meta, db, rs, "restart-move-orphan")
+	defer closeAll()
+	sku := cfg.Stock[0].SKU
 	restarter, ok := dep.(strategy.Restarter)
 	if !ok {
 		t.Skip("no Restart (strategy.Restarter)")

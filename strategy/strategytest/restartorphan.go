@@ -85,18 +85,9 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	defer closeBoth()
-	sku := kitSKU(name)
-	cfg := strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}}
-	dep, err := meta.Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
+	p, dep, cfg, closeAll := openBehindProxy(ctx, t, meta, db, rs, name)
+	defer closeAll()
+	sku := cfg.Stock[0].SKU
 	if why := next.skip(dep); why != "" {
 		t.Skip(why)
 	}
