@@ -94,6 +94,11 @@ type Options struct {
 	// SKU of a cart is reserved under the first SKU's lock, and a plain
 	// request for it sells its last unit too.
 	LockFirstAttemptOnly bool
+	// UserFoldedOnReplay is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a known key's user is compared ignoring case
+	// ("usernames are case-insensitive"), so another user's resend of it
+	// is answered REPLAY with the owner's reservation, not KEY_REUSED.
+	UserFoldedOnReplay bool
 }
 
 // isolation is the level the transactions begin at.
@@ -311,7 +316,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	// and a default of REPEATABLE READ would count from before the wait.
 	err := pgx.BeginTxFunc(ctx, n.d.db, pgx.TxOptions{IsoLevel: n.d.opts.isolation()}, func(tx pgx.Tx) error {
 		var err error
-		res, err = reserveIn(ctx, tx, req, n.d.lockSQL)
+		res, err = reserveIn(ctx, tx, req, n.d.lockSQL, n.d.opts)
 		if errors.Is(err, strategy.ErrBadRequest) {
 			badReq = err
 			return err // roll back
@@ -329,7 +334,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 
 // reserveIn is the whole decision, inside tx; the plain path and sessions
 // share it.
-func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL string) (strategy.Result, error) {
+func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL string, opts Options) (strategy.Result, error) {
 	if _, err := tx.Exec(ctx, lockSQL, req.SKU); err != nil {
 		return strategy.Result{}, err
 	}
@@ -337,6 +342,9 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL str
 	if existing, found, err := lookup(ctx, tx, req.Key); err != nil {
 		return strategy.Result{}, err
 	} else if found {
+		if opts.UserFoldedOnReplay && strings.EqualFold(existing.User, req.User) && existing.SKU == req.SKU {
+			return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: existing}, nil
+		}
 		return pgstrategy.KnownKey(req, existing), nil
 	}
 	var total, active int
@@ -477,7 +485,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if s.d.opts.LockFirstAttemptOnly && s.locked {
 		lockSQL = `SELECT 1 WHERE $1::text IS NOT NULL`
 	}
-	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL) })
+	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL, s.d.opts) })
 	s.locked = s.locked || err == nil
 	return res, err
 }

@@ -103,7 +103,9 @@ func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 // of such keys REPLAY or KEY_REUSED, refuses the second such user
 // USER_LIMIT, or cannot open the second such SKU. Here a deployment opens
 // two SKUs that differ only in case; on each, requests whose keys and
-// users differ only so must each be HELD and found by Lookup as their own.
+// users differ only so must each be HELD and found by Lookup as their own;
+// then a key sent again by a user that differs from its owner only so must
+// be KEY_REUSED.
 func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -145,6 +147,17 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 			}
 		}
 	}
+	// A known key sent again by a user that differs from its own only so
+	// is another user's: KEY_REUSED, not the owner's REPLAY (outsider
+	// round 41: users compared with strings.EqualFold on that path alone).
+	for _, pair := range foldedUsers {
+		key := fmt.Sprintf("kit-%s-%d-%s", variants[pair[0]], 0, base)
+		req := strategy.Request{Key: key, User: "kit-user-" + variants[pair[1]], SKU: skus[0], TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeKeyReused {
+			t.Errorf("Reserve key %q again, by user %q (it was held by %q; users that differ only in case, a trailing space, normal form, width or as e-mail aliases are different): %s, %v; want KEY_REUSED",
+				req.Key, req.User, "kit-user-"+variants[pair[0]], res.Outcome, err)
+		}
+	}
 	list, err := dep.Audit(ctx)
 	if err != nil {
 		t.Fatalf("Audit: %v", err)
@@ -158,6 +171,11 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		t.Errorf("Audit: %d rows; want one per SKU (%d)", len(list), len(skus))
 	}
 }
+
+// foldedUsers pairs checkDistinctText's variants (by index) that case
+// folding, trimming, normalization, width folding or an e-mail canonical
+// form would make one user.
+var foldedUsers = [][2]int{{0, 1}, {1, 2}, {3, 4}, {4, 5}, {1, 6}, {7, 8}, {8, 9}, {9, 10}, {7, 10}}
 
 // lookalikes are the copies of a key that checkLookalikeKeys sends: the
 // key with a space before or after it (ASCII, no-break, ideographic), which

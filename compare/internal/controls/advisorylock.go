@@ -25,5 +25,9 @@ func advisorylockMistakes() []Control {
 			"ctl-advisory-lock-first-attempt", "advisorylock with one mistake", "new",
 			"a session takes its advisory lock in its first attempt only (\"held until the session ends\"): a cart's second SKU is reserved under the first SKU's lock, and a plain request for it sells its last unit too",
 			inContract(strategy.NoOversell, "checkPlainBesideSession")),
+		fromStrategy(advisorylock.New(advisorylock.Options{UserFoldedOnReplay: true}),
+			"ctl-replay-user-folded", "advisorylock with one mistake", "new",
+			"a known key's user is compared ignoring case (\"usernames are case-insensitive\"): Alice's resend of alice's key is answered REPLAY with alice's reservation, not KEY_REUSED (outsider round 41)",
+			inContract(contract, "checkDistinctText")),
 	}
 }
