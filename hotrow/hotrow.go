@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -77,6 +78,13 @@ type Options struct {
 	// whose COMMIT failed and was retried counts its units twice
 	// (outsider round 40's hotrow-serializable).
 	UnitsSummedOverRetries bool
+	// ReplayFromMemory is a deliberate mistake, for the negative control
+	// ctl-replay-from-memory only: a process answers a resend from the
+	// reservations it answered, forgetting one only when one of its own
+	// nodes releases or confirms it, so after another process moved it a
+	// resend is REPLAY of a HELD reservation that is not (outsider round
+	// 41's ssicount).
+	ReplayFromMemory bool
 }
 
 func (o Options) isolation() pgx.TxIsoLevel {
@@ -218,6 +226,7 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		maxRetries: opts.maxRetries(),
 		spentSold:  opts.RetriesSpentSoldOut,
 		sumUnits:   opts.UnitsSummedOverRetries,
+		remember:   opts.ReplayFromMemory,
 		skus:       cfg.SKUs(),
 		owns:       pgstrategy.NewSKUs(cfg),
 	}
@@ -251,6 +260,8 @@ type Deployment struct {
 	maxRetries int
 	spentSold  bool // Options.RetriesSpentSoldOut
 	sumUnits   bool // Options.UnitsSummedOverRetries
+	remember   bool // Options.ReplayFromMemory: answered holds in answered
+	answered   sync.Map
 	skus       []string
 	owns       pgstrategy.SKUs
 

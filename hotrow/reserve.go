@@ -192,6 +192,11 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if res, err := n.Admit(n.d.owns, req); err != nil {
 		return res, err
 	}
+	if n.d.remember {
+		if r, ok := n.d.answered.Load(req.Key); ok {
+			return pgstrategy.KnownKey(req, r.(strategy.Reservation)), nil
+		}
+	}
 	var res strategy.Result
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -207,6 +212,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil
 	case err != nil:
 		return strategy.Result{}, fmt.Errorf("hotrow: reserve %q: %w", req.Key, err)
+	}
+	if n.d.remember && (res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay) {
+		n.d.answered.Store(req.Key, res.Reservation)
 	}
 	return res, nil
 }

@@ -87,6 +87,7 @@ func (n *node) Confirm(ctx context.Context, key string, mode strategy.ConfirmMod
 	if err != nil {
 		return false, fmt.Errorf("hotrow: confirm %q: %w", key, err)
 	}
+	n.d.answered.Delete(key)
 	return moved, nil
 }
 
@@ -103,6 +104,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("hotrow: release %q: %w", key, err)
 	}
+	n.d.answered.Delete(key)
 	return units, nil
 }
 

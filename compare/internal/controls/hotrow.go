@@ -17,5 +17,9 @@ func hotrowMistakes() []Control {
 			"ctl-units-summed-over-retries", "hotrow-serializable with one mistake", "new",
 			"Release and the expiry job add up the units each attempt's statement returned: an attempt whose COMMIT failed with 40001 and was retried counts its units twice, a Release of one unit reports 2 (outsider round 40's m2 and m3)",
 			inContract(contract, "checkRetriedAtCommit")),
+		fromStrategy(hotrow.New(hotrow.Options{ReplayFromMemory: true}),
+			"ctl-replay-from-memory", "hotrow with one mistake", "new",
+			"a process answers a resend from the reservations it answered, forgetting one only when one of its own nodes releases or confirms it: after a second process released a key, its resend is REPLAY of a HELD reservation (outsider round 41's ssicount)",
+			inContract(contract, "checkReplayAfterMovedElsewhere")),
 	}
 }
