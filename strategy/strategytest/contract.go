@@ -89,7 +89,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueHoldsItsUnit"},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",
 			func(r tester) { checkDueReleases(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueReleases"},
-		{"MakeDue leaves the reservations it moves HELD, with expires_at 400 days in the past (strategy.Ager), not a moment ago: the checks of jobs that look back over a window rely on it",
+		{"MakeDue leaves the reservations it moves HELD, with expires_at 400 days in the past (strategy.Ager), not a moment ago: the checks of jobs that look back over a window rely on it; a deployment with an expiry job offers it",
 			func(r tester) { checkMakeDueFarBack(r, t.env.Meta, t.env.DB, rs) }, Base, "checkMakeDueFarBack"},
 		{"a plain request beside an attempt held open on the last unit (also one that reserved another SKU first) waits or is refused, and one reservation holds the unit",
 			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkPlainBesideSession"},

@@ -21,5 +21,9 @@ func hotrowMistakes() []Control {
 			"ctl-replay-from-memory", "hotrow with one mistake", "new",
 			"a process answers a resend from the reservations it answered, forgetting one only when one of its own nodes releases or confirms it: after a second process released a key, its resend is REPLAY of a HELD reservation (outsider round 41's ssicount)",
 			inContract(contract, "checkReplayAfterMovedElsewhere")),
+		fromStrategy(agelessMeta(hotrow.Meta()),
+			"ctl-expiry-without-ager", "hotrow without MakeDue", "new",
+			"an expiry job (strategy.Expirer) with no way for the kit to make a reservation due (strategy.Ager): every check of the job with a due row is skipped, and a job that gives a unit back twice, to every SKU, or lets a late Confirm revive an EXPIRED row would pass (outsider round 42's four escapes)",
+			inContract(contract, "checkMakeDueFarBack")),
 	}
 }
