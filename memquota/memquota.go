@@ -339,6 +339,13 @@ type Options struct {
 	// doubt, though a failed statement in a transaction never commits: the
 	// unit is lost until a restart.
 	SessionFailKeepsDoubt bool
+	// PutBackAfterLookup is a deliberate mistake, for the negative control
+	// ctl-put-back-after-lookup only: a unit taken for an insert that the
+	// key's or the user's index refused goes back to the counter only once
+	// the lookup that answers the request has succeeded, so a caller that
+	// gives up between the two loses the unit (outsider round 41's
+	// memquota-recover).
+	PutBackAfterLookup bool
 }
 
 func (o Options) validate() error {

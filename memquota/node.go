@@ -242,10 +242,15 @@ func (n *node) logSale(ctx context.Context, a *pass, c *counter, req strategy.Re
 	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.attempt).Scan(&expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // refused: the key or the user has a committed row
-		c.put()
+		if !n.d.opts.PutBackAfterLookup {
+			c.put()
+		}
 		r, err := lookup(ctx, q, req.Key)
 		if err != nil {
 			return strategy.Result{}, fmt.Errorf("memquota: node %d: %w", n.id, err)
+		}
+		if n.d.opts.PutBackAfterLookup {
+			c.put()
 		}
 		return answer(req, r, strategy.OutcomeUserLimit), nil
 	case err != nil:

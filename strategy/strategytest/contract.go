@@ -195,6 +195,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			}, strategy.Conserves, "checkRedisKeyLost"},
 		{"two holders of a SKU's lock that overlap (the first one's lock dropped before its commit) on a SKU of 3 units leave every unit in a reservation or available",
 			func(r tester) { checkLockLostUpdate(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkLockLostUpdate"},
+		{"a resend of a HELD key whose k-th statement fails, or whose caller gives up once its k-th statement ended, for each k in turn, is REPLAY, BUSY or an error, and leaves every unit in a reservation or available",
+			func(r tester) { checkResendAtEachStatement(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkResendAtEachStatement"},
 		{"a resend is REPLAY of the reservation's current state after another node or another process released or confirmed it",
 			func(r tester) { checkReplayAfterMovedElsewhere(r, t.env.Meta, t.env.DB, rs) }, Base, "checkReplayAfterMovedElsewhere"},
 		{"a caller that gives up once its request's COMMIT went through (the strategy's Redis writes paused, when it has one) is answered HELD or an error, never BUSY or another answer that says nothing was written",

@@ -1,0 +1,213 @@
+package strategytest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reservebench/reservebench/strategy"
+)
+
+// checkResendAtEachStatement: a resend of a HELD key meets a fault at each
+// of its statements in turn, and every unit stays accounted for. The
+// kit's faults hit a request at its writes and its COMMIT; the statements
+// of a rare path (a lookup after an insert the key's index refused, a
+// probe before it) met none, and a node that gave its unit back only once
+// such a lookup had answered lost the unit when its caller gave up in
+// between (outsider round 41's memquota-recover).
+//
+// On SKUs of 2 units, one per round, a key is HELD; then, in round k, it is
+// sent again and either its k-th statement fails (its connection is ended
+// by pg_terminate_backend before the statement is sent) or its caller
+// gives up just after its k-th statement ended. The answer must be REPLAY
+// of the key, BUSY or an error; the key is sent again, without a fault,
+// and must be REPLAY; then the audit must show no drift and, where no
+// phantom sold-out is claimed, a new user is HELD. The rounds go on until a
+// resend makes fewer than k statements (eachStatementRounds at most). The
+// statements are counted through a tracer on the pool the kit hands the
+// strategy (Query, QueryRow, Exec, a transaction's BEGIN and COMMIT; a
+// batch or pipeline counts as one).
+func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sw := &statementSweep{admin: admin}
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.Tracer = sw
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("a pool with the kit's tracer: %v", err)
+	}
+	defer pool.Close()
+	base := kitSKU("each-statement")
+	var stock []strategy.Stock
+	for i := range 2 * eachStatementRounds {
+		stock = append(stock, strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 2})
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: stock})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	node := dep.Node(0)
+	var wrong []string
+	for mi, mode := range []sweepMode{sweepFail, sweepGiveUp} {
+		for k := 1; k <= eachStatementRounds; k++ {
+			sku := stock[mi*eachStatementRounds+k-1].SKU
+			req := strategy.Request{Key: "kit-each-" + sku, User: "kit-each-user-" + sku, SKU: sku, TTL: time.Hour}
+			holdForCheck(ctx, t, node, req)
+			rctx, giveUp := context.WithCancel(ctx)
+			sw.arm(mode, k, giveUp)
+			res, err := node.Reserve(rctx, req)
+			hit, sweepErr := sw.disarm()
+			giveUp()
+			if sweepErr != nil {
+				t.Fatalf("%s: %v", mode.at(k), sweepErr)
+			}
+			if !hit {
+				break // the resend made fewer than k statements
+			}
+			what := fmt.Sprintf("key %q HELD, sent again, %s", req.Key, mode.at(k))
+			if err == nil && res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeBusy {
+				wrong = append(wrong, fmt.Sprintf("%s: %s; want REPLAY, BUSY or an error", what, res.Outcome))
+			}
+			// reserveUntilAnswered answers HELD for the REPLAY of a HELD
+			// reservation after an error.
+			if res, err := reserveUntilAnswered(ctx, node, req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
+				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY", what, res.Outcome, err))
+				continue
+			}
+			au, err := soleAuditOf(ctx, dep, sku)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if au.Drift() != 0 || au.Active != 1 {
+				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active))
+				continue
+			}
+			if meta.Claims.Has(strategy.NoPhantomSoldOut) {
+				other := strategy.Request{Key: "kit-each-other-" + sku, User: "kit-each-other-" + sku, SKU: sku, TTL: time.Hour}
+				if res, err := reserveUntilAnswered(ctx, node, other); err != nil || res.Outcome != strategy.OutcomeHeld {
+					wrong = append(wrong, fmt.Sprintf("%s: then a new user for the SKU's second unit: %s, %v; want HELD (no-phantom-sold-out is claimed)", what, res.Outcome, err))
+				}
+			}
+		}
+	}
+	if len(wrong) > 0 {
+		t.Errorf("a resend of a HELD key faulted at each of its statements in turn, on a SKU of 2 units: %s", strings.Join(wrong, "; "))
+	}
+}
+
+// eachStatementRounds bounds checkResendAtEachStatement's rounds per fault:
+// more statements than any strategy's resend makes.
+const eachStatementRounds = 8
+
+// sweepMode is what statementSweep does at its statement.
+type sweepMode int
+
+const (
+	sweepFail   sweepMode = iota // end the connection before the statement is sent
+	sweepGiveUp                  // the caller gives up once the statement has ended
+)
+
+func (m sweepMode) at(k int) string {
+	if m == sweepFail {
+		return fmt.Sprintf("its statement %d failing (its connection ended before it was sent)", k)
+	}
+	return fmt.Sprintf("its caller giving up once its statement %d had ended", k)
+}
+
+// statementSweep is a pgx.QueryTracer and pgx.BatchTracer that, once
+// armed, counts the statements sent through its pool and acts at the k-th.
+type statementSweep struct {
+	admin *pgxpool.Pool
+
+	mu     sync.Mutex
+	armed  bool
+	mode   sweepMode
+	k      int
+	starts int
+	ends   int
+	giveUp context.CancelFunc
+	hit    bool
+	err    error
+}
+
+func (s *statementSweep) arm(mode sweepMode, k int, giveUp context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed, s.mode, s.k, s.giveUp = true, mode, k, giveUp
+	s.starts, s.ends, s.hit, s.err = 0, 0, false, nil
+}
+
+// disarm stops counting and reports whether the k-th statement came, and
+// any error of the fault itself.
+func (s *statementSweep) disarm() (hit bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+	return s.hit, s.err
+}
+
+func (s *statementSweep) start(ctx context.Context, conn *pgx.Conn) {
+	s.mu.Lock()
+	if !s.armed {
+		s.mu.Unlock()
+		return
+	}
+	s.starts++
+	fail := s.mode == sweepFail && s.starts == s.k
+	if fail {
+		s.hit = true
+	}
+	s.mu.Unlock()
+	if !fail {
+		return
+	}
+	// pg_terminate_backend with a timeout returns once the backend has
+	// exited: the statement then goes to a closed connection.
+	var gone bool
+	err := s.admin.QueryRow(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1, 10000)`, conn.PgConn().PID()).Scan(&gone)
+	if err == nil && !gone {
+		err = fmt.Errorf("backend %d still there 10 s after pg_terminate_backend", conn.PgConn().PID())
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.err = fmt.Errorf("end the connection of the statement: %w", err)
+		s.mu.Unlock()
+	}
+}
+
+func (s *statementSweep) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.armed {
+		return
+	}
+	s.ends++
+	if s.mode == sweepGiveUp && s.ends == s.k {
+		s.hit = true
+		s.giveUp()
+	}
+}
+
+func (s *statementSweep) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.start(ctx, conn)
+	return ctx
+}
+
+func (s *statementSweep) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) { s.end() }
+
+func (s *statementSweep) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.start(ctx, conn)
+	return ctx
+}
+
+func (s *statementSweep) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (s *statementSweep) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) { s.end() }
