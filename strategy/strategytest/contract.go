@@ -195,7 +195,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			}, strategy.Conserves, "checkRedisKeyLost"},
 		{"two holders of a SKU's lock that overlap (the first one's lock dropped before its commit) on a SKU of 3 units leave every unit in a reservation or available",
 			func(r tester) { checkLockLostUpdate(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkLockLostUpdate"},
-		{"a resend of a HELD key whose k-th statement fails, or whose caller gives up once its k-th statement ended, for each k in turn, is REPLAY, BUSY or an error, and leaves every unit in a reservation or available",
+		{"a request (the resend of a HELD key, or a new one) whose k-th statement fails, or whose caller gives up once its k-th statement ended, for each k in turn, is answered REPLAY or HELD, BUSY or an error, and once sent again leaves every unit in a reservation or available",
 			func(r tester) { checkResendAtEachStatement(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkResendAtEachStatement"},
 		{"a resend is REPLAY of the reservation's current state after another node or another process released or confirmed it",
 			func(r tester) { checkReplayAfterMovedElsewhere(r, t.env.Meta, t.env.DB, rs) }, Base, "checkReplayAfterMovedElsewhere"},

@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,25 +14,27 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// checkResendAtEachStatement: a resend of a HELD key meets a fault at each
-// of its statements in turn, and every unit stays accounted for. The
-// kit's faults hit a request at its writes and its COMMIT; the statements
-// of a rare path (a lookup after an insert the key's index refused, a
-// probe before it) met none, and a node that gave its unit back only once
-// such a lookup had answered lost the unit when its caller gave up in
-// between (outsider round 41's memquota-recover).
+// checkResendAtEachStatement: a request meets a fault at each of its
+// statements in turn, and every unit stays accounted for. The kit's faults
+// hit a request at its writes and its COMMIT; the statements of a rare
+// path (a lookup after an insert the key's index refused, a probe before
+// it) met none, and a node that gave its unit back only once such a lookup
+// had answered lost the unit when its caller gave up in between (outsider
+// round 41's memquota-recover).
 //
-// On SKUs of 2 units, one per round, a key is HELD; then, in round k, it is
-// sent again and either its k-th statement fails (its connection is ended
-// by pg_terminate_backend before the statement is sent) or its caller
-// gives up just after its k-th statement ended. The answer must be REPLAY
-// of the key, BUSY or an error; the key is sent again, without a fault,
-// and must be REPLAY; then the audit must show no drift and, where no
-// phantom sold-out is claimed, a new user is HELD. The rounds go on until a
-// resend makes fewer than k statements (eachStatementRounds at most). The
-// statements are counted through a tracer on the pool the kit hands the
-// strategy (Query, QueryRow, Exec, a transaction's BEGIN and COMMIT; a
-// batch or pipeline counts as one).
+// On SKUs of 2 units, one per round: in round k a request, the resend of a
+// HELD key or a new one, either has its k-th statement fail (its
+// connection is ended by pg_terminate_backend before the statement is
+// sent) or its caller give up just after its k-th statement ended. The
+// answer must be REPLAY (a resend) or HELD (a new request), BUSY or an
+// error; the request is sent again, without a fault, until answered, and
+// must hold its unit; then the audit must show one unit active and no
+// drift and, where no phantom sold-out is claimed, a new user is HELD on
+// the second unit. The rounds go on until a request makes fewer than k
+// statements (eachStatementRounds at most). The statements are counted
+// through a tracer on the pool the kit hands the strategy (Query,
+// QueryRow, Exec, a transaction's BEGIN and COMMIT; a batch or pipeline
+// counts as one).
 func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -46,7 +49,7 @@ func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool
 	defer pool.Close()
 	base := kitSKU("each-statement")
 	var stock []strategy.Stock
-	for i := range 2 * eachStatementRounds {
+	for i := range 4 * eachStatementRounds {
 		stock = append(stock, strategy.Stock{SKU: fmt.Sprintf("%s-%d", base, i), Total: 2})
 	}
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: stock})
@@ -56,50 +59,60 @@ func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool
 	defer dep.Close()
 	node := dep.Node(0)
 	var wrong []string
-	for mi, mode := range []sweepMode{sweepFail, sweepGiveUp} {
-		for k := 1; k <= eachStatementRounds; k++ {
-			sku := stock[mi*eachStatementRounds+k-1].SKU
-			req := strategy.Request{Key: "kit-each-" + sku, User: "kit-each-user-" + sku, SKU: sku, TTL: time.Hour}
-			holdForCheck(ctx, t, node, req)
-			rctx, giveUp := context.WithCancel(ctx)
-			sw.arm(mode, k, giveUp)
-			res, err := node.Reserve(rctx, req)
-			hit, sweepErr := sw.disarm()
-			giveUp()
-			if sweepErr != nil {
-				t.Fatalf("%s: %v", mode.at(k), sweepErr)
-			}
-			if !hit {
-				break // the resend made fewer than k statements
-			}
-			what := fmt.Sprintf("key %q HELD, sent again, %s", req.Key, mode.at(k))
-			if err == nil && res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeBusy {
-				wrong = append(wrong, fmt.Sprintf("%s: %s; want REPLAY, BUSY or an error", what, res.Outcome))
-			}
-			// reserveUntilAnswered answers HELD for the REPLAY of a HELD
-			// reservation after an error.
-			if res, err := reserveUntilAnswered(ctx, node, req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
-				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY", what, res.Outcome, err))
-				continue
-			}
-			au, err := soleAuditOf(ctx, dep, sku)
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			if au.Drift() != 0 || au.Active != 1 {
-				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active))
-				continue
-			}
-			if meta.Claims.Has(strategy.NoPhantomSoldOut) {
-				other := strategy.Request{Key: "kit-each-other-" + sku, User: "kit-each-other-" + sku, SKU: sku, TTL: time.Hour}
-				if res, err := reserveUntilAnswered(ctx, node, other); err != nil || res.Outcome != strategy.OutcomeHeld {
-					wrong = append(wrong, fmt.Sprintf("%s: then a new user for the SKU's second unit: %s, %v; want HELD (no-phantom-sold-out is claimed)", what, res.Outcome, err))
+	round := 0
+	for _, resend := range []bool{true, false} {
+		for _, mode := range []sweepMode{sweepFail, sweepGiveUp} {
+			for k := 1; k <= eachStatementRounds; k++ {
+				sku := stock[round].SKU
+				round++
+				req := strategy.Request{Key: "kit-each-" + sku, User: "kit-each-user-" + sku, SKU: sku, TTL: time.Hour}
+				what := fmt.Sprintf("a new request, key %q, %s", req.Key, mode.at(k))
+				allowed := []strategy.Outcome{strategy.OutcomeHeld, strategy.OutcomeBusy}
+				if resend {
+					holdForCheck(ctx, t, node, req)
+					what = fmt.Sprintf("key %q HELD, sent again, %s", req.Key, mode.at(k))
+					allowed = []strategy.Outcome{strategy.OutcomeReplay, strategy.OutcomeBusy}
+				}
+				rctx, giveUp := context.WithCancel(ctx)
+				sw.arm(mode, k, giveUp)
+				res, err := node.Reserve(rctx, req)
+				hit, sweepErr := sw.disarm()
+				giveUp()
+				if sweepErr != nil {
+					t.Fatalf("%s: %v", what, sweepErr)
+				}
+				if !hit {
+					break // the request made fewer than k statements
+				}
+				if err == nil && !slices.Contains(allowed, res.Outcome) {
+					wrong = append(wrong, fmt.Sprintf("%s: %s; want %s or an error", what, res.Outcome, outcomesText(allowed)))
+				}
+				// Sent again until answered: its unit is held either way.
+				// reserveUntilAnswered answers HELD for the REPLAY of a HELD
+				// reservation after an error.
+				if res, err := reserveUntilAnswered(ctx, node, req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
+					wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY or HELD", what, res.Outcome, err))
+					continue
+				}
+				au, err := soleAuditOf(ctx, dep, sku)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if au.Drift() != 0 || au.Active != 1 {
+					wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active))
+					continue
+				}
+				if meta.Claims.Has(strategy.NoPhantomSoldOut) {
+					other := strategy.Request{Key: "kit-each-other-" + sku, User: "kit-each-other-" + sku, SKU: sku, TTL: time.Hour}
+					if res, err := reserveUntilAnswered(ctx, node, other); err != nil || res.Outcome != strategy.OutcomeHeld {
+						wrong = append(wrong, fmt.Sprintf("%s: then a new user for the SKU's second unit: %s, %v; want HELD (no-phantom-sold-out is claimed)", what, res.Outcome, err))
+					}
 				}
 			}
 		}
 	}
 	if len(wrong) > 0 {
-		t.Errorf("a resend of a HELD key faulted at each of its statements in turn, on a SKU of 2 units: %s", strings.Join(wrong, "; "))
+		t.Errorf("requests faulted at each of their statements in turn, on SKUs of 2 units: %s", strings.Join(wrong, "; "))
 	}
 }
 
