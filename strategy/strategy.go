@@ -189,7 +189,7 @@ type Restarter interface {
 // without waiting for their TTL, by moving expires_at into the past (seed 000
 // does the same). Without it, expiry scenarios are skipped; a deployment
 // whose nodes implement Expirer must implement it, or the kit's deployment
-// contract fails (checkMakeDueFarBack): its expiry job would go unchecked.
+// contract fails (checkExpirerAges): its expiry job would go unchecked.
 type Ager interface {
 	// MakeDue moves expires_at of the HELD reservations with these keys
 	// 400 days into the past and returns how many it moved. So far back on

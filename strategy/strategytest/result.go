@@ -133,8 +133,12 @@ func (r *Result) Fact(name string) string {
 // scenario, trial, counts and the history excerpt that broke.
 func (r *Result) Failure(c *Check) string {
 	var b strings.Builder
+	what := c.What
+	if c.Name != "" { // a deployment contract's check: its name finds it (docs/adding-a-strategy.md)
+		what = c.Name + ": " + what
+	}
 	fmt.Fprintf(&b, "%s: strategy %s, scenario %s (%s), trial %d of %d: %s [%s] failed %d of the %d times it was checked\n",
-		c.Verdict, r.Strategy, r.Scenario, r.Case, c.FirstTrial, r.Trials, c.What, c.Claims, c.Failed, c.Trials)
+		c.Verdict, r.Strategy, r.Scenario, r.Case, c.FirstTrial, r.Trials, what, c.Claims, c.Failed, c.Trials)
 	if c.Detail != "" {
 		fmt.Fprintf(&b, "  %s\n", c.Detail)
 	}

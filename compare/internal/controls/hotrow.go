@@ -24,6 +24,6 @@ func hotrowMistakes() []Control {
 		fromStrategy(agelessMeta(hotrow.Meta()),
 			"ctl-expiry-without-ager", "hotrow without MakeDue", "new",
 			"an expiry job (strategy.Expirer) with no way for the kit to make a reservation due (strategy.Ager): every check of the job with a due row is skipped, and a job that gives a unit back twice, to every SKU, or lets a late Confirm revive an EXPIRED row would pass (outsider round 42's four escapes)",
-			inContract(contract, "checkMakeDueFarBack")),
+			inContract(contract, "checkExpirerAges")),
 	}
 }
