@@ -22,8 +22,9 @@ import (
 //
 // On a SKU of 8 units and two nodes (node 0's half of a split stock holds
 // the four keys), for each transition the strategy offers (Release,
-// Confirm) and each place it is made (node 1, and a second process when
-// the strategy can Attach), a key is reserved on node 0 and resent there
+// Confirm) and each place it is made (node 1, and a second process: one
+// that attached, or without Meta.Attach one that opened the same
+// configuration again), a key is reserved on node 0 and resent there
 // (REPLAY, HELD: what a memory of answers keeps), moved at that place, and
 // resent on node 0 again: REPLAY, in the status the move left.
 func checkReplayAfterMovedElsewhere(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
@@ -41,16 +42,21 @@ func checkReplayAfterMovedElsewhere(t tester, meta strategy.Meta, db *pgxpool.Po
 		name string
 		node strategy.Strategy
 	}{{"node 1", dep.Node(1)}}
-	if meta.Attach != nil {
-		other, err := meta.Attach(ctx, cfg)
-		if err != nil {
-			t.Fatalf("Attach a second process: %v", err)
-		}
+	// A second process: one that attaches, or, for a strategy without
+	// Attach, one that opens the same configuration again (where Open
+	// refuses a deployment that exists, there is no second process).
+	join, how := meta.Attach, "attached"
+	if join == nil {
+		join, how = meta.Open, "opened again"
+	}
+	if other, err := join(ctx, cfg); err == nil {
 		defer other.Close()
 		places = append(places, struct {
 			name string
 			node strategy.Strategy
-		}{"a second process's node 0", other.Node(0)})
+		}{"node 0 of a second process (" + how + ")", other.Node(0)})
+	} else if meta.Attach != nil {
+		t.Fatalf("Attach a second process: %v", err)
 	}
 	moves := []struct {
 		name string
