@@ -306,6 +306,17 @@ func (s *StrategyReport) verdictLine() string {
 	if na > 0 {
 		line += fmt.Sprintf("; %d scenario(s) n/a", na)
 	}
+	// A claim no scenario could check is not one the strategy was seen
+	// to hold: the line says which.
+	if errs == 0 && violations == 0 {
+		if unchecked := (s.Meta.Claims &^ s.checkedClaims()).List(); len(unchecked) > 0 {
+			names := make([]string, len(unchecked))
+			for i, c := range unchecked {
+				names[i] = c.String()
+			}
+			line += fmt.Sprintf("; unchecked: %s", strings.Join(names, ", "))
+		}
+	}
 	return line
 }
 
