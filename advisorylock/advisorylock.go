@@ -99,6 +99,12 @@ type Options struct {
 	// ("usernames are case-insensitive"), so another user's resend of it
 	// is answered REPLAY with the owner's reservation, not KEY_REUSED.
 	UserFoldedOnReplay bool
+	// SoldOutBeforeKey is a deliberate mistake, for the negative controls
+	// of table 28-1 only: under the lock the count comes first, and a SKU
+	// with no unit left is SOLD_OUT before the key is looked up ("no need
+	// to read anything else"), so a request whose key took the last unit,
+	// or another user's request for that key, is told SOLD_OUT.
+	SoldOutBeforeKey bool
 }
 
 // isolation is the level the transactions begin at.
@@ -339,6 +345,12 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL str
 		return strategy.Result{}, err
 	}
 	// Under the lock every statement sees what committed before it was granted.
+	if opts.SoldOutBeforeKey {
+		var total, active int
+		if err := tx.QueryRow(ctx, countSQL, req.SKU).Scan(&total, &active); err == nil && active >= total {
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+		}
+	}
 	if existing, found, err := lookup(ctx, tx, req.Key); err != nil {
 		return strategy.Result{}, err
 	} else if found {

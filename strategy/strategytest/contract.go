@@ -199,6 +199,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkLockLostUpdate(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkLockLostUpdate"},
 		{"a request (the resend of a HELD key, or a new one) whose k-th statement fails, or whose caller gives up once its k-th statement ended, for each k in turn, is answered REPLAY or HELD, BUSY or an error, and once sent again leaves every unit in a reservation or available",
 			func(r tester) { checkResendAtEachStatement(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkResendAtEachStatement"},
+		{"a request whose key an attempt held open took with the SKU's last unit, waiting behind that attempt, is answered about its key once the attempt commits (KEY_REUSED, or REPLAY for the same request), never SOLD_OUT",
+			func(r tester) { checkKeyBehindLastUnit(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkKeyBehindLastUnit"},
 		{"a resend is REPLAY of the reservation's current state after another node or another process released or confirmed it",
 			func(r tester) { checkReplayAfterMovedElsewhere(r, t.env.Meta, t.env.DB, rs) }, Base, "checkReplayAfterMovedElsewhere"},
 		{"a caller that gives up once its request's COMMIT went through (the strategy's Redis writes paused, when it has one) is answered HELD or an error, never BUSY or another answer that says nothing was written",

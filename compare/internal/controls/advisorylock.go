@@ -29,5 +29,9 @@ func advisorylockMistakes() []Control {
 			"ctl-replay-user-folded", "advisorylock with one mistake", "new",
 			"a known key's user is compared ignoring case (\"usernames are case-insensitive\"): Alice's resend of alice's key is answered REPLAY with alice's reservation, not KEY_REUSED (outsider round 41)",
 			inContract(contract, "checkDistinctText")),
+		fromStrategy(advisorylock.New(advisorylock.Options{SoldOutBeforeKey: true}),
+			"ctl-sold-out-before-key", "advisorylock with one mistake", "new",
+			"under the SKU's lock the count comes first: a SKU with no unit left is SOLD_OUT before the key is looked up, so another user's request for the key that took the last unit, having waited behind it, is told SOLD_OUT, not KEY_REUSED (outsider round 44's ctr8)",
+			inContract(contract, "checkKeyBehindLastUnit")),
 	}
 }
