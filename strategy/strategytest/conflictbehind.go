@@ -158,7 +158,7 @@ func conflictBehindOne(ctx context.Context, t tester, dep strategy.Deployment, o
 		defer func() { _ = stockHolder.Rollback(ctx) }()
 		node := dep.Node(0)
 		first := reserveAsync(ctx, &box, node, other("first"))
-		firstWaits, err := awaitAnswerOrBlocked(ctx, admin, int32(stockPIDs[0]), first)
+		firstWaits, err := awaitAnswerOrBlockedWithin(ctx, admin, stockPIDs, first, besideWithin)
 		if err != nil {
 			t.Fatalf("a request behind the attempt on the stock: %v", err)
 		}
@@ -181,7 +181,7 @@ func conflictBehindOne(ctx context.Context, t tester, dep strategy.Deployment, o
 	} else {
 		sent = reserveAsync(ctx, &box, dep.Node(0), cs.sent)
 	}
-	blocked, err := awaitAnswerOrBlockedByAny(ctx, admin, holder, sent)
+	blocked, err := awaitAnswerOrBlockedWithin(ctx, admin, holder, sent, besideWithin)
 	if err != nil {
 		t.Fatalf("a request behind %s: %v", cs.name, err)
 	}

@@ -89,6 +89,21 @@ func awaitAnswerOrBlockedByAny[A any](ctx context.Context, admin *pgxpool.Pool, 
 	return blocked, err
 }
 
+// awaitAnswerOrBlockedWithin is awaitAnswerOrBlockedByAny for at most
+// within: a request that neither answers nor waits in PostgreSQL by then
+// waits elsewhere (a lock in the node's memory, behind the attempt the
+// check holds open), is reported not blocked, and the check goes on to let
+// the attempt end; a wait for the full deadline would deadlock with it.
+func awaitAnswerOrBlockedWithin[A any](ctx context.Context, admin *pgxpool.Pool, holders []uint32, done chan A, within time.Duration) (bool, error) {
+	bound, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	blocked, err := awaitAnswerOrBlockedByAny(bound, admin, holders, done)
+	if err != nil && ctx.Err() == nil && bound.Err() != nil {
+		return false, nil
+	}
+	return blocked, err
+}
+
 // awaitAnswerOrBlocked reports whether some backend waited for holder
 // before done delivered an answer (done is left for the caller to read).
 func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {

@@ -109,7 +109,7 @@ func twinBehindTableLock(ctx context.Context, node strategy.Strategy, admin *pgx
 	defer lock.close(ctx)
 	var box panicBox
 	done := reserveAsync(ctx, &box, node, req)
-	blocked, err := awaitAnswerOrBlockedByAny(ctx, admin, append(pids, uint32(lock.pid)), done)
+	blocked, err := awaitAnswerOrBlockedWithin(ctx, admin, append(pids, uint32(lock.pid)), done, besideWithin)
 	if err != nil {
 		return answer{}, false, err
 	}
