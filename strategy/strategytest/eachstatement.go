@@ -91,19 +91,8 @@ func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool
 				if err == nil && !slices.Contains(allowed, res.Outcome) {
 					wrong = append(wrong, fmt.Sprintf("%s: %s; want %s or an error", what, res.Outcome, outcomesText(allowed)))
 				}
-				// Sent again until answered: its unit is held either way.
-				// reserveUntilAnswered answers HELD for the REPLAY of a HELD
-				// reservation after an error.
-				if res, err := reserveUntilAnswered(ctx, node, req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
-					wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY or HELD", what, res.Outcome, err))
-					continue
-				}
-				au, err := soleAuditOf(ctx, dep, sku)
-				if err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				if au.Drift() != 0 || au.Active != 1 {
-					wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active))
+				if w := settledHoldsOne(ctx, t, dep, node, req, what); w != "" {
+					wrong = append(wrong, w)
 					continue
 				}
 				if meta.Claims.Has(strategy.NoPhantomSoldOut) {
@@ -145,10 +134,10 @@ func resendInFlightAtEachStatement(ctx context.Context, t tester, dep strategy.D
 			round++
 			req := strategy.Request{Key: "kit-each-flight-" + sku, User: "kit-each-flight-" + sku, SKU: sku, TTL: time.Hour}
 			what := fmt.Sprintf("key %q on its way on node 1 (held at its COMMIT), sent again on node 0, %s", req.Key, mode.at(k))
-			hit, more, w := func() (hit, more bool, wrong []string) {
+			hit, w := func() (hit bool, wrong []string) {
 				hold, err := holdCommitNaming(ctx, admin, req.Key)
 				if errors.Is(err, errNoTables) {
-					return false, false, nil
+					return false, nil
 				} else if err != nil {
 					t.Fatalf("%v", err)
 				}
@@ -160,7 +149,7 @@ func resendInFlightAtEachStatement(ctx context.Context, t tester, dep strategy.D
 					t.Fatalf("%s: the first request at its COMMIT: %v", what, err)
 				} else if pid == 0 {
 					<-first
-					return false, false, nil // answered without a COMMIT naming its key to hold
+					return false, nil // answered without a COMMIT naming its key to hold
 				}
 				rctx, giveUp := context.WithCancel(ctx)
 				defer giveUp()
@@ -176,7 +165,7 @@ func resendInFlightAtEachStatement(ctx context.Context, t tester, dep strategy.D
 					t.Fatalf("%s: %v", what, sweepErr)
 				}
 				if !hit {
-					return false, false, nil
+					return false, nil
 				}
 				if a1.err == nil && a1.res.Outcome != strategy.OutcomeHeld {
 					wrong = append(wrong, fmt.Sprintf("%s: the first request %s; want HELD or an error", what, a1.res.Outcome))
@@ -184,27 +173,38 @@ func resendInFlightAtEachStatement(ctx context.Context, t tester, dep strategy.D
 				if a2.err == nil && a2.res.Outcome != strategy.OutcomeReplay && a2.res.Outcome != strategy.OutcomeBusy {
 					wrong = append(wrong, fmt.Sprintf("%s: %s; want REPLAY, BUSY or an error", what, a2.res.Outcome))
 				}
-				return true, true, wrong
+				return true, wrong
 			}()
 			wrong = append(wrong, w...)
 			if !hit {
-				if !more {
-					break
-				}
-				continue
+				break
 			}
-			if res, err := reserveUntilAnswered(ctx, dep.Node(0), req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
-				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY or HELD", what, res.Outcome, err))
-				continue
-			}
-			if au, err := soleAuditOf(ctx, dep, sku); err != nil {
-				t.Fatalf("%s: %v", what, err)
-			} else if au.Drift() != 0 || au.Active != 1 {
-				wrong = append(wrong, fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active))
+			if w := settledHoldsOne(ctx, t, dep, dep.Node(0), req, what); w != "" {
+				wrong = append(wrong, w)
 			}
 		}
 	}
 	return wrong
+}
+
+// settledHoldsOne sends req again on node, without a fault, until it is
+// answered, and reports what is wrong ("" when nothing): the request must
+// hold its unit (REPLAY or HELD: reserveUntilAnswered answers HELD for the
+// REPLAY of a HELD reservation after an error), and the audit of its SKU
+// show one unit active and no drift.
+func settledHoldsOne(ctx context.Context, t tester, dep strategy.Deployment, node strategy.Strategy, req strategy.Request, what string) string {
+	t.Helper()
+	if res, err := reserveUntilAnswered(ctx, node, req); err != nil || (res.Outcome != strategy.OutcomeReplay && res.Outcome != strategy.OutcomeHeld) {
+		return fmt.Sprintf("%s, then sent again without a fault: %s, %v; want REPLAY or HELD", what, res.Outcome, err)
+	}
+	au, err := soleAuditOf(ctx, dep, req.SKU)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if au.Drift() != 0 || au.Active != 1 {
+		return fmt.Sprintf("%s, then sent again without a fault: audit total %d, available %d, active %d; want active 1, drift 0", what, au.Total, au.Available, au.Active)
+	}
+	return ""
 }
 
 // flightWaitWithin bounds the wait for the resend to be seen waiting in
