@@ -122,6 +122,13 @@ type Scenario struct {
 	// cells at once (compare) gives them slots of their own, so their waits
 	// never keep a busy cell from a core. It changes nothing in a trial.
 	Paced bool `json:"paced,omitempty"`
+	// Work, when set, is the cell's work in the units a harness running
+	// many cells at once (compare) weighs the others in, the requests they
+	// send: for a scenario whose requests do not show what it costs, one
+	// made of checks (deployment-contract, every strategy's longest cell)
+	// or of waits for a restarted Redis. Such a harness starts the heaviest
+	// cells first. It changes nothing in a trial.
+	Work int `json:"work,omitempty"`
 
 	// The http-* kinds: the front's admission limits (in_flight, queue,
 	// wait_ms), the extra work per admitted request before the strategy
