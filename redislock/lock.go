@@ -12,6 +12,8 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/reservebench/reservebench/strategy"
 )
 
 // The lock is bsm/redislock's: SET key token NX PX ttl to take it, a Lua
@@ -56,11 +58,11 @@ type held struct {
 	renew atomic.Int64
 }
 
-// take waits up to l.wait for the lock of sku. waiting, when set, is true
-// only while the take sleeps after an attempt that found the lock held by
-// another, never during an attempt, so that an observer that reads it true,
-// finds the key, and reads it true again knows the take waits for another
-// holder. (That is why the wait loop is here and not bsm/redislock's retry
+// take waits up to l.wait for the lock of sku. waiting, when set, and the
+// strategy.LockWait ctx carries, are true only while the take sleeps after
+// an attempt that found the lock held by another, never during an attempt,
+// so that an observer that reads it true, finds the key, and reads it true
+// again knows the take waits for another holder. (That is why the wait loop is here and not bsm/redislock's retry
 // strategy: the library's loop cannot be observed.) errLockWait means the
 // bound passed; any other error is Redis's (down, or unreachable): either
 // way nothing was written.
@@ -75,11 +77,16 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 	if waiting == nil {
 		waiting = new(atomic.Bool)
 	}
-	defer waiting.Store(false)
+	traced := strategy.LockWaitOf(ctx)
+	defer func() {
+		waiting.Store(false)
+		traced.Set(false)
+	}()
 	tick := time.NewTicker(l.poll)
 	defer tick.Stop()
 	for {
 		waiting.Store(false)
+		traced.Set(false)
 		lock, err := l.lib.Obtain(wctx, l.key(sku), l.ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
 		if err == nil {
 			h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
@@ -90,6 +97,7 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 			return nil, l.abandon(ctx, sku, token, err)
 		}
 		waiting.Store(true)
+		traced.Set(true)
 		select {
 		case <-wctx.Done():
 			return nil, l.abandon(ctx, sku, token, wctx.Err())

@@ -449,6 +449,11 @@ const TTLForever = time.Hour
 // released before the commit, the lock expiring while its holder is
 // stalled, the lock service restarted empty. Without it those scenarios
 // are not applicable. The sessions of such a node implement LockedSession.
+// Its Reserve should also report a wait for the lock through the LockWait
+// its context may carry: the harness then sees the wait at once, as it
+// sees a backend in pg_blocking_pids, where it would otherwise wait out a
+// bound of seconds per check (redislock's deployment contract took 88 s
+// without, 21 s with).
 type LockTaker interface {
 	// LockOf describes the lock a reservation of sku takes.
 	LockOf(sku string) LockInfo

@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -28,18 +29,37 @@ type reserver interface {
 // one after another reach a queue in memory in that order: a goroutine
 // that merely exists may run after one started later (Go runs the newest
 // first), and a busy runtime may not run it until the check has moved on.
+//
+// The call's context carries a strategy.LockWait, so that the check sees
+// it wait for a lock outside PostgreSQL too (lockWaiting).
 func reserveAsync(ctx context.Context, box *panicBox, s reserver, req strategy.Request) chan answer {
 	done := make(chan answer, 1)
 	started := make(chan struct{})
+	w := new(strategy.LockWait)
+	lockWaits.Store(done, w)
 	go func() {
 		var a answer
 		defer func() { done <- a }()
+		defer lockWaits.Delete(done)
 		defer box.catch()
 		close(started)
-		a.res, a.err = s.Reserve(ctx, req)
+		a.res, a.err = s.Reserve(strategy.WithLockWait(ctx, w), req)
 	}()
 	<-started
 	return done
+}
+
+// lockWaits holds the strategy.LockWait of each call reserveAsync has
+// under way, by the channel its answer arrives on.
+var lockWaits sync.Map
+
+// lockWaiting reports whether the call whose answer arrives on done waits
+// for a lock outside PostgreSQL now (a LockTaker's, strategy.LockWait): it
+// waits behind that lock's holder as a backend in pg_blocking_pids does.
+func lockWaiting[A any](done chan A) bool {
+	w, _ := lockWaits.Load(done)
+	lw, _ := w.(*strategy.LockWait)
+	return lw.Waiting()
 }
 
 // holdInSession opens an attempt held open and reserves req in it, which

@@ -137,6 +137,9 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 	// it has the SKU before A and B are served.
 	if len(uPIDs) > 0 {
 		if err := awaitAnswerOr(ctx, u, func() (bool, error) {
+			if lockWaiting(u) {
+				return true, nil
+			}
 			var waits bool
 			err := admin.QueryRow(ctx, sqlWaitsOnLock, uPIDs[0]).Scan(&waits)
 			return waits, err
@@ -167,7 +170,17 @@ func conflictWhileWaiting(ctx context.Context, t tester, dep strategy.Deployment
 		ab <- answer{}
 	}()
 	if uHeld && len(uPIDs) > 0 {
-		if behindU, err = awaitAnswerOrBlocked(ctx, admin, int32(uPIDs[0]), ab); err != nil {
+		err := awaitAnswerOr(ctx, ab, func() (bool, error) {
+			if lockWaiting(a) || lockWaiting(b) {
+				behindU = true
+				return true, nil
+			}
+			var n int
+			err := admin.QueryRow(ctx, sqlBlockedBy, int32(uPIDs[0])).Scan(&n)
+			behindU = n > 0
+			return behindU, err
+		})
+		if err != nil {
 			t.Fatalf("A and B behind U's attempt: %v", err)
 		}
 	}

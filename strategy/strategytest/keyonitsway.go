@@ -35,8 +35,8 @@ WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> $1`
 //
 // The second request is sent once the first is seen waiting for the hold,
 // and the hold is let go once the second has answered, or waits for a
-// lock in PostgreSQL, or after besideWithin (a request queued in the
-// strategy's memory shows nowhere).
+// lock in PostgreSQL or one it reports (strategy.LockWait), or after
+// besideWithin (a request queued in the strategy's memory shows nowhere).
 func checkKeyOnItsWay(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -90,6 +90,9 @@ func keyOnItsWay(ctx context.Context, t tester, dep strategy.Deployment, admin *
 	secondDone := reserveAsync(ctx, &box, dep.Node(1), reqs[1])
 	seenCtx, seenCancel := context.WithTimeout(ctx, besideWithin)
 	err = awaitAnswerOr(seenCtx, secondDone, func() (bool, error) {
+		if lockWaiting(secondDone) {
+			return true, nil
+		}
 		var n int
 		err := admin.QueryRow(seenCtx, sqlOtherLockWaiters, pid).Scan(&n)
 		return n > 0, err

@@ -81,6 +81,10 @@ func awaitAnswerOrBlockedByAny[A any](ctx context.Context, admin *pgxpool.Pool, 
 	}
 	blocked := false
 	err := awaitAnswerOr(ctx, done, func() (bool, error) {
+		if lockWaiting(done) {
+			blocked = true
+			return true, nil
+		}
 		var n int
 		err := admin.QueryRow(ctx, sqlBlockedByAny, pids).Scan(&n)
 		blocked = n > 0
@@ -90,8 +94,8 @@ func awaitAnswerOrBlockedByAny[A any](ctx context.Context, admin *pgxpool.Pool, 
 }
 
 // awaitAnswerOrBlockedWithin is awaitAnswerOrBlockedByAny for at most
-// within: a request that neither answers nor waits in PostgreSQL by then
-// waits elsewhere (a lock in the node's memory, behind the attempt the
+// within: a request that neither answers nor waits in PostgreSQL (or for a
+// lock it reports, lockWaiting) by then waits elsewhere (a lock in the node's memory, behind the attempt the
 // check holds open), is reported not blocked, and the check goes on to let
 // the attempt end; a wait for the full deadline would deadlock with it.
 func awaitAnswerOrBlockedWithin[A any](ctx context.Context, admin *pgxpool.Pool, holders []uint32, done chan A, within time.Duration) (bool, error) {
@@ -105,7 +109,10 @@ func awaitAnswerOrBlockedWithin[A any](ctx context.Context, admin *pgxpool.Pool,
 }
 
 // awaitAnswerOrBlocked reports whether some backend waited for holder
-// before done delivered an answer (done is left for the caller to read).
+// before done delivered an answer (done is left for the caller to read),
+// or the call behind done waited for a lock outside PostgreSQL
+// (lockWaiting): a LockTaker's request waits for the lock its SKU's
+// other request holds while that one waits for holder.
 func awaitAnswerOrBlocked[A any](ctx context.Context, admin *pgxpool.Pool, holder int32, done chan A) (bool, error) {
 	return awaitAnswerOrBlockedByAny(ctx, admin, []uint32{uint32(holder)}, done)
 }

@@ -129,10 +129,14 @@ func resendBehindUser(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs 
 	}
 	resend := reserveAsync(ctx, &box, to, req)
 	// A resend that waits outside PostgreSQL (in a node's memory, in Redis)
-	// is not seen; after resendSeenWithin the attempt rolls back all the
-	// same, and the answers are judged as they come.
+	// is not seen unless it reports a lock wait (lockWaiting); after
+	// resendSeenWithin the attempt rolls back all the same, and the
+	// answers are judged as they come.
 	seenCtx, seenCancel := context.WithTimeout(ctx, resendSeenWithin)
 	err = awaitAnswerOr(seenCtx, resend, func() (bool, error) {
+		if lockWaiting(resend) {
+			return true, nil
+		}
 		var n int
 		err := admin.QueryRow(seenCtx, sqlBlockedBehind, holder).Scan(&n)
 		return n >= 2, err

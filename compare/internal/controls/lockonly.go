@@ -59,7 +59,7 @@ func lockMistakes() []Control {
 	return append(out, fromStrategy(redislock.New(redislock.Options{Mistake: redislock.WaitIsSoldOut}),
 		"ctl-lock-wait-sold-out", "redislock with one mistake", "seed 002",
 		"a request whose lock was not granted within its wait (3 s) is answered SOLD_OUT (\"a queue that long means the SKU is gone\"), while the holder's attempt may roll back and a unit is free",
-		inContract(strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting")),
+		inContract(strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts")),
 		fromStrategy(redislock.New(redislock.Options{Mistake: redislock.DoubleCheckStockOnly}),
 			"ctl-lock-double-check-stock-only", "redislock with one mistake", "seed 002",
 			"the double check under the lock answers SOLD_OUT when no unit is left without looking the key up again: a twin that waited for the lock while the first request committed the last unit is told SOLD_OUT, though its own reservation holds the unit",
