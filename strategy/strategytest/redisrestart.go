@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/reservebench/reservebench/resourcetest"
 	"github.com/reservebench/reservebench/strategy"
@@ -313,7 +314,7 @@ func answerText(op Op) string {
 func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error {
 	in := t.in
 	plain := in.Stock[0].SKU + "-inflight"
-	dep, send, err := t.sideDeployment(ctx, plain)
+	dep, send, err := t.sideDeployment(ctx, plain, 0)
 	if err != nil {
 		return err
 	}
@@ -392,8 +393,8 @@ func (t *trial) killInFlight(ctx context.Context, srv resourcetest.Server) error
 // first SKU's total, nodes and resources), so that counts that depend on
 // scheduling stay out of the trial's audit, and returns it with send, which
 // sends a request to node i mod nodes and records it in the history.
-func (t *trial) sideDeployment(ctx context.Context, plain string) (strategy.Deployment, func(proc string, i int, req strategy.Request) Op, error) {
-	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: t.in.Stock[0].Total}}, Nodes: t.in.Nodes, Resources: t.cfg.Resources}
+func (t *trial) sideDeployment(ctx context.Context, plain string, lease time.Duration) (strategy.Deployment, func(proc string, i int, req strategy.Request) Op, error) {
+	cfg := strategy.Config{DB: t.env.DB, Stock: []strategy.Stock{{SKU: t.sku(plain), Total: t.in.Stock[0].Total}}, Nodes: t.in.Nodes, Resources: t.cfg.Resources, LockLease: lease}
 	dep, err := t.env.Meta.Open(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the deployment of %s: %w", plain, err)

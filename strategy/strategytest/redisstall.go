@@ -31,6 +31,15 @@ const (
 	busyLimitConfig = "lua-time-limit"
 )
 
+// stallLockLease is the lease of the locks the stall's deployment takes
+// outside PostgreSQL (strategy.Config.LockLease). The SETs of lock takes
+// that gave up during the pause run after it, and their takers, gone, can
+// neither release nor renew them: with a lease of 30 s the SKU stayed
+// locked that long, and redislock's redis-restart took 43 s, 39 of them
+// here, every request after the pause BUSY until the lease ran out. The
+// locks of a working holder are renewed every third of it, as always.
+const stallLockLease = 2 * time.Second
+
 // stallProbe is how long a PING goes unanswered before the stall is taken
 // to have begun: a PING that timed out on a loaded machine only means the
 // requests may meet a shorter stall.
@@ -66,7 +75,7 @@ return 1
 func (t *trial) stallInFlight(ctx context.Context) error {
 	in := t.in
 	plain := in.Stock[0].SKU + "-stall"
-	dep, send, err := t.sideDeployment(ctx, plain)
+	dep, send, err := t.sideDeployment(ctx, plain, stallLockLease)
 	if err != nil {
 		return err
 	}
