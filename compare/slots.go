@@ -40,9 +40,13 @@ type slotWaiter struct {
 // pacedSlots is how many paced cells run at once, beside the work slots.
 const pacedSlots = 3
 
-// costWeight places a strategy's cost run (a few hundred requests at one
-// client, compare/cost.go) among its scenarios.
-const costWeight = 1000
+// costWeight puts every strategy's cost run (a few hundred requests at one
+// client, compare/cost.go: a second or two) before any cell: a strategy
+// asks for its first cell's slot only once its cost run is done, and when
+// the cost runs weighed less than duplicate-key, the strategies whose cost
+// run came last waited behind the others' middle cells, and started their
+// deployment contract, their longest cell, a minute in (2026-12-07).
+const costWeight = 1 << 30
 
 func newSlotPool(n int) *slotPool { return &slotPool{free: max(n, 1)} }
 
