@@ -35,7 +35,7 @@ type TableOptions struct {
 	// overwritten by a smaller or partial one.
 	Markdown, JSON, LastRun string
 	// Parallel is how many cells (a scenario against a strategy or a
-	// control) run at once (0 means 5 on the 2 cores CI has: a cell waits
+	// control) run at once (0 means 8 on the 2 cores CI has: a cell waits
 	// on locks, round trips and holds part of the time), heaviest first
 	// (slots.go). The paced scenarios have slots of their own, and the
 	// scenarios that need a server of their own run in lanes beside them.
@@ -45,8 +45,15 @@ type TableOptions struct {
 	Source Source
 }
 
-// tableNeeds is the least time the table asks of go test's -timeout.
-const tableNeeds = 20 * time.Minute
+// tableNeeds is the least time the table asks of go test's -timeout: go
+// test's default (10 minutes) leaves it enough, so that `go test ./compare`
+// is the whole command. It took 2m10s on a 2-core VM alone on 2026-12-07.
+const tableNeeds = 6 * time.Minute
+
+// tableWrapUp is the time the table keeps from go test's deadline to end
+// its cells, write what it has and say why, before go test's own timeout
+// panics with nothing but stacks.
+const tableWrapUp = 30 * time.Second
 
 // Table runs table 28-1 as a test, on a real PostgreSQL that pgtest provides:
 // every scenario against every strategy, each strategy on a database of its
@@ -65,18 +72,21 @@ func Table(t *testing.T, opts TableOptions) *Report {
 	if len(strategies) == 0 {
 		t.Fatal("no strategy to run: none is registered and TableOptions.Strategies is empty")
 	}
-	// go test's default -timeout (10 minutes) ends the table on a 2-core VM
-	// before its end, where it took 15 minutes alone, with a panic that names
+	// A -timeout too short for the table ends it with a panic that names
 	// no cause: say so at once instead (-short runs fewer trials).
 	if d, ok := t.Deadline(); ok && !testing.Short() && time.Until(d) < tableNeeds {
-		t.Fatalf("table 28-1 needs more time than go test's -timeout leaves it (%v): it took 15 minutes on a 2-core VM alone, and 26 beside the race suite on a loaded one; run `make table`, or go test -timeout 60m ./compare",
+		t.Fatalf("table 28-1 needs more time than go test's -timeout leaves it (%v): it took 2m10s on a 2-core VM alone, and more beside other tests; run `make table`, or go test -timeout 60m ./compare",
 			time.Until(d).Round(time.Second))
 	}
 	// A bound on a hang, not a speed: make runs the table with -timeout 60m.
-	// The table took 23 minutes of a 25-minute bound beside the race suite in
-	// a clean-clone CI run (2026-12-05), and ran past it on a machine loaded
-	// by other tests too, abandoning its last cells.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	// Within go test's own deadline, so that a table that runs past it on a
+	// loaded machine ends its cells as ERRORs, written and named, rather
+	// than in go test's panic.
+	bound := 50 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		bound = min(bound, time.Until(d)-tableWrapUp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	srv := pgtest.Shared(t)
 	newDB := databases(t, srv)
@@ -86,9 +96,11 @@ func Table(t *testing.T, opts TableOptions) *Report {
 		// With 3 the machine sat 49% idle over a table of 311 s (vmstat,
 		// 2026-12-07): most checks wait on a hold, a lock or a bound, and
 		// the controls run only the check they name. With 5 it was 34%
-		// idle and the table took 216 s. (In 2026-12-06's tree, when each
-		// control ran every check, 4 had been slower than 3.)
-		par = 5
+		// idle and the table took 216 s; once Redis's stalls no longer
+		// spun a core, 49% idle again at 170 s, and with 8, 124 s, the
+		// middle of the run under 10% idle. (In 2026-12-06's tree, when
+		// each control ran every check, 4 had been slower than 3.)
+		par = 8
 	}
 
 	start := time.Now()
