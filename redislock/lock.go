@@ -43,6 +43,8 @@ type locker struct {
 	poll   time.Duration // how often a waiting take asks again
 	// unlockByDelete is Options.Mistake UnlockByDelete.
 	unlockByDelete bool
+	// abandonByDelete is Options.Mistake AbandonByDelete.
+	abandonByDelete bool
 }
 
 func (l *locker) key(sku string) string { return l.prefix + sku }
@@ -56,6 +58,9 @@ type held struct {
 	once  sync.Once
 	lost  atomic.Bool // a renewal found the lock gone or taken by another
 	renew atomic.Int64
+	// waited: the take found the lock held by another at least once
+	// (Options.Mistake LastUnitWaitSoldOut reads it).
+	waited bool
 }
 
 // take waits up to l.wait for the lock of sku. waiting, when set, and the
@@ -84,18 +89,20 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 	}()
 	tick := time.NewTicker(l.poll)
 	defer tick.Stop()
+	waited := false
 	for {
 		waiting.Store(false)
 		traced.Set(false)
 		lock, err := l.lib.Obtain(wctx, l.key(sku), l.ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
 		if err == nil {
-			h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
+			h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{}), waited: waited}
 			go h.watchdog()
 			return h, nil
 		}
 		if !errors.Is(err, redislock.ErrNotObtained) {
 			return nil, l.abandon(ctx, sku, token, err)
 		}
+		waited = true
 		waiting.Store(true)
 		traced.Set(true)
 		select {
@@ -111,7 +118,11 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 // if it carries our token, or it would block the SKU for a lease.
 func (l *locker) abandon(ctx context.Context, sku, token string, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	_ = releaseByToken.Run(cctx, l.rdb, []string{l.key(sku)}, token).Err()
+	if l.abandonByDelete {
+		_ = l.rdb.Del(cctx, l.key(sku)).Err() // the mistake
+	} else {
+		_ = releaseByToken.Run(cctx, l.rdb, []string{l.key(sku)}, token).Err()
+	}
 	cancel()
 	switch {
 	case ctx.Err() != nil:

@@ -114,6 +114,24 @@ const (
 	// decrement again, and two reservations take one unit (outsider round
 	// 40's m5).
 	SetFromCheck
+	// PreCheckUser: the unlocked pre-check, right after the key, answers
+	// USER_LIMIT when the user holds the SKU, without looking the key up
+	// again ("spare the lock a request it would refuse"): a twin that read
+	// its key before the first request committed, and the user's
+	// reservations after, is told USER_LIMIT about its own reservation
+	// (outsider round 45's m08).
+	PreCheckUser
+	// LastUnitWaitSoldOut: a request that read one unit left or none
+	// before the lock, and then had to wait for it, answers SOLD_OUT (its
+	// key looked up first): "I queued behind the last unit's buyer". A
+	// phantom whenever that buyer rolls back or takes nothing (outsider
+	// round 45's m13).
+	LastUnitWaitSoldOut
+	// AbandonByDelete: a take given up (its wait bound passed, its caller
+	// gone, Redis's error) deletes the SKU's lock by DEL, not by its
+	// token: it frees the SKU under the holder still at work (outsider
+	// round 45's m09).
+	AbandonByDelete
 )
 
 func (o Options) wait() time.Duration {
@@ -281,9 +299,9 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 	d := &Deployment{db: cfg.DB, rdb: rdb, tb: tb, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg),
 		lockOnly: opts.LockOnly || opts.Mistake == ConditionInCheckOnly, unlockErrorIsBusy: opts.Mistake == UnlockErrorIsBusy,
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
-		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy, setFromCheck: opts.Mistake == SetFromCheck,
+		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, preCheckUser: opts.Mistake == PreCheckUser, lastUnitWaitSoldOut: opts.Mistake == LastUnitWaitSoldOut, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy, setFromCheck: opts.Mistake == SetFromCheck,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
-			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete}}
+			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete, abandonByDelete: opts.Mistake == AbandonByDelete}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})
@@ -308,6 +326,8 @@ type Deployment struct {
 	waitIsSoldOut        bool // Options.Mistake WaitIsSoldOut
 	doubleCheckStockOnly bool // Options.Mistake DoubleCheckStockOnly
 	preCheckStockOnly    bool // Options.Mistake PreCheckStockOnly
+	preCheckUser         bool // Options.Mistake PreCheckUser
+	lastUnitWaitSoldOut  bool // Options.Mistake LastUnitWaitSoldOut
 	sessionRelocks       bool // Options.Mistake SessionRelocks
 	goneIsBusy           bool // Options.Mistake GoneAfterCommitIsBusy
 	setFromCheck         bool // Options.Mistake SetFromCheck

@@ -38,6 +38,8 @@ RETURNING expires_at`
 	// sqlTakeUnitFromCheck is Options.Mistake SetFromCheck's decrement:
 	// the double check's read ($2) less one.
 	sqlTakeUnitFromCheck = `UPDATE {p}_stock SET available = $2::int - 1 WHERE sku = $1 AND available > 0`
+	// sqlUserHolds is the negative control PreCheckUser's.
+	sqlUserHolds = `SELECT EXISTS (SELECT 1 FROM {p}_reservation WHERE sku = $1 AND user_id = $2 AND status IN ('HELD', 'CONFIRMED'))`
 	// sqlTakeUnitLockOnly is the negative control's: no condition.
 	sqlTakeUnitLockOnly = `UPDATE {p}_stock SET available = available - 1 WHERE sku = $1`
 
@@ -59,9 +61,25 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if res, done, err := d.beforeLock(ctx, d.db, req); done || err != nil {
 		return res, wrap("reserve", req.Key, err)
 	}
+	left := 0
+	if d.lastUnitWaitSoldOut {
+		if err := d.db.QueryRow(ctx, d.tb.q(sqlAvailable), req.SKU).Scan(&left); err != nil {
+			return strategy.Result{}, wrap("reserve", req.Key, err)
+		}
+	}
 	h, err := d.locks.take(ctx, req.SKU, nil)
 	if err != nil {
 		return d.lockRefused(ctx, req, err)
+	}
+	if d.lastUnitWaitSoldOut && h.waited && left <= 1 { // the mistake
+		_ = h.release(context.WithoutCancel(ctx))
+		if r, found, err := d.lookup(ctx, d.db, req.Key); err != nil || found {
+			if err != nil {
+				return strategy.Result{}, wrap("reserve", req.Key, err)
+			}
+			return pgstrategy.KnownKey(req, r), nil
+		}
+		return soldOut, nil
 	}
 	released := false
 	defer func() { // a panic under the lock must not leave its watchdog renewing it
@@ -114,6 +132,15 @@ func (d *Deployment) beforeLock(ctx context.Context, q pgstrategy.Querier, req s
 			return strategy.Result{}, true, err
 		}
 		return pgstrategy.KnownKey(req, r), true, nil
+	}
+	if d.preCheckUser { // the mistake
+		var active bool
+		if err := q.QueryRow(ctx, d.tb.q(sqlUserHolds), req.SKU, req.User).Scan(&active); err != nil {
+			return strategy.Result{}, true, fmt.Errorf("check user: %w", err)
+		}
+		if active {
+			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, true, nil
+		}
 	}
 	var available int
 	if err := q.QueryRow(ctx, d.tb.q(sqlAvailable), req.SKU).Scan(&available); err != nil {

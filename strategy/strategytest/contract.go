@@ -59,6 +59,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base, "checkConfig"},
 		{"a request whose lock another takes while it waits in PostgreSQL, for longer than its watchdog's renewal, answers what it stored: HELD when its reservation is, not HELD when it is not",
 			func(r tester) { checkLockLostWhileWorking(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLockLostWhileWorking"},
+		{"a request waiting for its SKU's lock outside PostgreSQL, given up by its caller, leaves the lock's key as its holder set it",
+			func(r tester) { checkGivenUpLeavesLock(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkGivenUpLeavesLock"},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base, "checkExpiryTiming"},
 		{"a reservation held for 18 h or a day, in a session whose time zone changes to daylight saving time 12 h later, expires exactly its TTL after it was made",
@@ -201,6 +203,10 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkResendAtEachStatement(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.Conserves, "checkResendAtEachStatement"},
 		{"a request whose key an attempt held open took with the SKU's last unit, waiting behind that attempt, is answered about its key once the attempt commits (KEY_REUSED, or REPLAY for the same request), never SOLD_OUT",
 			func(r tester) { checkKeyBehindLastUnit(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkKeyBehindLastUnit"},
+		{"the twin of a request held open, paused after each of its statements in turn while the request commits, is REPLAY",
+			func(r tester) { checkTwinBetweenStatements(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTwinBetweenStatements"},
+		{"a new request that waits behind an attempt held open with the SKU's last unit is not answered SOLD_OUT once the attempt rolls back",
+			func(r tester) { checkNewBehindLastUnitRolledBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkNewBehindLastUnitRolledBack"},
 		{"a resend is REPLAY of the reservation's current state after another node or another process released or confirmed it",
 			func(r tester) { checkReplayAfterMovedElsewhere(r, t.env.Meta, t.env.DB, rs) }, Base, "checkReplayAfterMovedElsewhere"},
 		{"a caller that gives up once its request's COMMIT went through (the strategy's Redis writes paused, when it has one) is answered HELD or an error, never BUSY or another answer that says nothing was written",
@@ -214,7 +220,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) {
 				fresh.judge(r, fresh.unconserved, "the earlier database's count kept", "the fresh database on the same resources was not checked")
 			}, strategy.Conserves, "checkFreshDatabase"},
-		{"the twin of a request for a SKU's last unit, made to wait in PostgreSQL at its first read of each table in turn while the request commits, answers REPLAY (a known key first), never SOLD_OUT",
+		{"the twin of a request for a SKU's last unit, or for a unit of two, made to wait in PostgreSQL at its first read of each table in turn while the request commits, answers REPLAY (a known key first), never SOLD_OUT or USER_LIMIT",
 			func(r tester) { checkTwinBehindTableLock(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTwinBehindTableLock"},
 		{"an Audit that waits, after its first read, while a sale commits balances: one snapshot (for a strategy whose whole state is in PostgreSQL)",
 			func(r tester) { checkAuditOneSnapshot(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkAuditOneSnapshot"},

@@ -83,3 +83,66 @@ func checkKeyBehindLastUnit(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 		t.Errorf("the key comes first, the SKU sold out or not: %s", strings.Join(wrong, "; "))
 	}
 }
+
+// checkNewBehindLastUnitRolledBack: a new request (a key and user of its
+// own) that waits behind an attempt held open with the SKU's last unit is
+// HELD once the attempt rolls back: the unit it waited for is free again.
+// A strategy that, having waited for the SKU (its row, its lock), answers
+// from what it read before the wait ("one unit left, and I queued behind
+// its buyer: SOLD_OUT") tells a phantom SOLD_OUT whenever that buyer does
+// not take the unit. The phantom interleavings run their waiters as
+// attempts held open, which such a strategy may answer otherwise, and the
+// kit's other plain waiters stood behind holders that committed, or beside
+// a unit left (outsider round 45's m13, a redislock).
+//
+// On a SKU of 1 unit and two nodes, an attempt held open on node 0 takes
+// the unit, the request goes to node 1 and must be seen waiting behind the
+// attempt (pg_blocking_pids, or a lock it reports: strategy.LockWait),
+// then the attempt rolls back. A request that answers without waiting, or
+// waits elsewhere (besideWithin), is not judged. BUSY and an error are
+// not phantoms.
+func checkNewBehindLastUnitRolledBack(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	if !meta.Claims.Has(strategy.NoPhantomSoldOut) {
+		t.Skip("no-phantom-sold-out is not claimed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("new-behind-last-rolled-back")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	s, pids := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-nblr-held-" + sku, User: "kit-nblr-a", SKU: sku, TTL: time.Hour},
+		"the attempt held open with the SKU's last unit")
+	req := strategy.Request{Key: "kit-nblr-new-" + sku, User: "kit-nblr-b", SKU: sku, TTL: time.Hour}
+	var box panicBox
+	done := reserveAsync(ctx, &box, dep.Node(1), req)
+	blocked, err := func() (bool, error) {
+		bound, stop := context.WithTimeout(ctx, besideWithin)
+		defer stop()
+		return awaitAnswerOrBlockedByAny(bound, admin, pids, done)
+	}()
+	if err != nil && ctx.Err() != nil {
+		_ = s.Rollback(ctx)
+		t.Fatalf("a new request behind the attempt: %v", err)
+	}
+	if err := s.Rollback(ctx); err != nil {
+		<-done
+		box.rethrow()
+		t.Fatalf("Rollback of the attempt holding the SKU's last unit: %v", err)
+	}
+	a := <-done
+	box.rethrow()
+	if !blocked {
+		t.Skip("the new request did not wait in PostgreSQL, or for a lock it reports, behind the attempt holding the SKU's last unit")
+	}
+	if a.err == nil && a.res.Outcome == strategy.OutcomeSoldOut {
+		t.Errorf("a new request (key %q), seen waiting behind the attempt that held the SKU's last unit, answered once the attempt rolled back: SOLD_OUT; want HELD (or BUSY, or an error): the unit it waited for was free", req.Key)
+	}
+}
