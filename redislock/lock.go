@@ -45,6 +45,8 @@ type locker struct {
 	unlockByDelete bool
 	// abandonByDelete is Options.Mistake AbandonByDelete.
 	abandonByDelete bool
+	// lockWaitSticky is Options.Mistake LockWaitSticky.
+	lockWaitSticky bool
 }
 
 func (l *locker) key(sku string) string { return l.prefix + sku }
@@ -85,14 +87,18 @@ func (l *locker) take(ctx context.Context, sku string, waiting *atomic.Bool) (*h
 	traced := strategy.LockWaitOf(ctx)
 	defer func() {
 		waiting.Store(false)
-		traced.Set(false)
+		if !l.lockWaitSticky {
+			traced.Set(false)
+		}
 	}()
 	tick := time.NewTicker(l.poll)
 	defer tick.Stop()
 	waited := false
 	for {
 		waiting.Store(false)
-		traced.Set(false)
+		if !l.lockWaitSticky {
+			traced.Set(false)
+		}
 		lock, err := l.lib.Obtain(wctx, l.key(sku), l.ttl, &redislock.Options{Token: token, RetryStrategy: redislock.NoRetry()})
 		if err == nil {
 			h := &held{l: l, lock: lock, stop: make(chan struct{}), done: make(chan struct{}), waited: waited}

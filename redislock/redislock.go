@@ -132,6 +132,11 @@ const (
 	// token: it frees the SKU under the holder still at work (outsider
 	// round 45's m09).
 	AbandonByDelete
+	// LockWaitSticky: the strategy.LockWait of a request that waited for
+	// the lock is never cleared: it says "waiting" after the lock is taken
+	// and after the answer, and the kit goes on too soon (outsider round
+	// 45's m01).
+	LockWaitSticky
 )
 
 func (o Options) wait() time.Duration {
@@ -301,7 +306,7 @@ func newDeployment(cfg strategy.Config, opts Options, tb tables, rdb *redis.Clie
 		busyWhenLost: opts.Mistake == BusyWhenLost, waitIsSoldOut: opts.Mistake == WaitIsSoldOut, sessionRelocks: opts.Mistake == SessionRelocks,
 		doubleCheckStockOnly: opts.Mistake == DoubleCheckStockOnly, preCheckStockOnly: opts.Mistake == PreCheckStockOnly, preCheckUser: opts.Mistake == PreCheckUser, lastUnitWaitSoldOut: opts.Mistake == LastUnitWaitSoldOut, goneIsBusy: opts.Mistake == GoneAfterCommitIsBusy, setFromCheck: opts.Mistake == SetFromCheck,
 		locks: &locker{rdb: rdb, lib: redislock.New(rdb), prefix: "reservebench:" + tb.prefix + ":lock:",
-			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete, abandonByDelete: opts.Mistake == AbandonByDelete}}
+			ttl: opts.leaseFor(cfg), wait: opts.wait(), poll: DefaultPoll, unlockByDelete: opts.Mistake == UnlockByDelete, abandonByDelete: opts.Mistake == AbandonByDelete, lockWaitSticky: opts.Mistake == LockWaitSticky}}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d}
 	})

@@ -53,14 +53,18 @@ func reserveAsync(ctx context.Context, box *panicBox, s reserver, req strategy.R
 // under way, by the channel its answer arrives on.
 var lockWaits sync.Map
 
+// lockWaitOf is the strategy.LockWait of the call whose answer arrives on
+// done, while it is under way (nil once it has answered).
+func lockWaitOf[A any](done chan A) *strategy.LockWait {
+	w, _ := lockWaits.Load(done)
+	lw, _ := w.(*strategy.LockWait)
+	return lw
+}
+
 // lockWaiting reports whether the call whose answer arrives on done waits
 // for a lock outside PostgreSQL now (a LockTaker's, strategy.LockWait): it
 // waits behind that lock's holder as a backend in pg_blocking_pids does.
-func lockWaiting[A any](done chan A) bool {
-	w, _ := lockWaits.Load(done)
-	lw, _ := w.(*strategy.LockWait)
-	return lw.Waiting()
-}
+func lockWaiting[A any](done chan A) bool { return lockWaitOf(done).Waiting() }
 
 // holdInSession opens an attempt held open and reserves req in it, which
 // must be HELD, and returns the attempt and its backends; the caller rolls

@@ -61,6 +61,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkLockLostWhileWorking(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLockLostWhileWorking"},
 		{"a request waiting for its SKU's lock outside PostgreSQL, given up by its caller, leaves the lock's key as its holder set it",
 			func(r tester) { checkGivenUpLeavesLock(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkGivenUpLeavesLock"},
+		{"a request reports waiting for its SKU's lock outside PostgreSQL (strategy.LockWait) only while another holds it: not on its way to a free lock, not once it has answered",
+			func(r tester) { checkLockWaitReported(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLockWaitReported"},
 		{"the expiry job moves exactly the reservations whose expires_at had passed, and counts them",
 			func(r tester) { checkExpiryTiming(r, t.env.Meta, t.env.DB, rs) }, Base, "checkExpiryTiming"},
 		{"a reservation held for 18 h or a day, in a session whose time zone changes to daylight saving time 12 h later, expires exactly its TTL after it was made",
