@@ -34,18 +34,10 @@ func checkGivenUpLeavesLock(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	}
 	defer dep.Close()
 	node := dep.Node(0)
-	taker, ok := node.(strategy.LockTaker)
-	if !ok {
-		t.Skip("takes no lock outside PostgreSQL (strategy.LockTaker)")
-	}
+	info, addr := lockOf(t, node, rs, sku)
 	opener, ok := node.(strategy.SessionOpener)
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
-	info := taker.LockOf(sku)
-	addr, ok := rs[info.Resource]
-	if !ok {
-		t.Fatalf("the lock lives in %q, which the strategy does not declare in Meta.Needs", info.Resource)
 	}
 	rdb, err := redistest.Client(addr)
 	if err != nil {

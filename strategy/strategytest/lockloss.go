@@ -15,6 +15,23 @@ import (
 // meets the loss within a few hundred milliseconds.
 const lockLossLease = 300 * time.Millisecond
 
+// lockOf is the lock a reservation of sku takes on node (a
+// strategy.LockTaker) and the address of the server it lives on; it skips
+// t for a node that takes no such lock.
+func lockOf(t tester, node strategy.Strategy, rs map[strategy.Resource]string, sku string) (strategy.LockInfo, string) {
+	t.Helper()
+	taker, ok := node.(strategy.LockTaker)
+	if !ok {
+		t.Skip("takes no lock outside PostgreSQL (strategy.LockTaker)")
+	}
+	info := taker.LockOf(sku)
+	addr, ok := rs[info.Resource]
+	if !ok {
+		t.Fatalf("the lock lives in %q, which the strategy does not declare in Meta.Needs", info.Resource)
+	}
+	return info, addr
+}
+
 // checkLockLostWhileWorking: a request holding its SKU's lock (a
 // strategy.LockTaker) is made to wait in PostgreSQL behind a transaction
 // that holds every row of the database's tables; meanwhile its lock is
@@ -42,15 +59,7 @@ func checkLockLostWhileWorking(t tester, meta strategy.Meta, db, admin *pgxpool.
 	}
 	defer dep.Close()
 	node := dep.Node(0)
-	taker, ok := node.(strategy.LockTaker)
-	if !ok {
-		t.Skip("takes no lock outside PostgreSQL (strategy.LockTaker)")
-	}
-	info := taker.LockOf(sku)
-	addr, ok := rs[info.Resource]
-	if !ok {
-		t.Fatalf("the lock lives in %q, which the strategy does not declare in Meta.Needs", info.Resource)
-	}
+	info, addr := lockOf(t, node, rs, sku)
 	rdb, err := redistest.Client(addr)
 	if err != nil {
 		t.Fatalf("connect to the lock's server: %v", err)
