@@ -52,12 +52,8 @@ func checkKeyBehindLastUnit(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 		s, pids := holdInSession(ctx, t, opener, held, "the attempt held open with the SKU's last unit")
 		var box panicBox
 		done := reserveAsync(ctx, &box, dep.Node(1), second)
-		blocked, err := func() (bool, error) {
-			bound, stop := context.WithTimeout(ctx, besideWithin)
-			defer stop()
-			return awaitAnswerOrBlockedByAny(bound, admin, pids, done)
-		}()
-		if err != nil && ctx.Err() != nil {
+		blocked, err := awaitAnswerOrBlockedWithin(ctx, admin, pids, done, besideWithin)
+		if err != nil {
 			_ = s.Rollback(ctx)
 			t.Fatalf("%s behind the attempt: %v", what, err)
 		}
@@ -123,12 +119,8 @@ func checkNewBehindLastUnitRolledBack(t tester, meta strategy.Meta, db, admin *p
 	req := strategy.Request{Key: "kit-nblr-new-" + sku, User: "kit-nblr-b", SKU: sku, TTL: time.Hour}
 	var box panicBox
 	done := reserveAsync(ctx, &box, dep.Node(1), req)
-	blocked, err := func() (bool, error) {
-		bound, stop := context.WithTimeout(ctx, besideWithin)
-		defer stop()
-		return awaitAnswerOrBlockedByAny(bound, admin, pids, done)
-	}()
-	if err != nil && ctx.Err() != nil {
+	blocked, err := awaitAnswerOrBlockedWithin(ctx, admin, pids, done, besideWithin)
+	if err != nil {
 		_ = s.Rollback(ctx)
 		t.Fatalf("a new request behind the attempt: %v", err)
 	}
