@@ -89,10 +89,15 @@ func (l *link) run(dark bool) {
 	<-done
 }
 
+// isOrphan: the link's client left, KeepOrphans kept it, and it is still
+// open. A closed one stays in the proxy's links until its goroutines end,
+// after its backend may be gone: Orphans listed it there, and a test that
+// waited for the backend to go then found it (TestKeepOrphans failed so
+// once beside the race suite).
 func (l *link) isOrphan() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.orphan
+	return l.orphan && !l.closed
 }
 
 // leave marks the link orphaned if the proxy keeps orphans, and reports it.
