@@ -46,6 +46,12 @@ const TimeZone = "Asia/Kathmandu"
 // CreateDatabase creates a new, uniquely named database, in TimeZone, and
 // grants AppRole what strategies need in it.
 func (s *Server) CreateDatabase(ctx context.Context, prefix string) (*Database, error) {
+	// PostgreSQL cuts a name at 63 bytes, and the suffix, which makes it
+	// unique, is at its end: the prefix gives way.
+	const maxPrefix = 63 - 1 - 12
+	if len(prefix) > maxPrefix {
+		prefix = prefix[:maxPrefix]
+	}
 	name := prefix + "_" + randomSuffix()
 	admin, err := pgx.Connect(ctx, s.admin())
 	if err != nil {
