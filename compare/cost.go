@@ -2,9 +2,12 @@ package compare
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -131,6 +134,7 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 	if err := admin.QueryRow(ctx, sqlStrategyRelations).Scan(&filenodes, &dbOID); err != nil {
 		return nil, fmt.Errorf("cost: relations: %w", err)
 	}
+	defer holdWAL(ctx, admin)()
 	var from string
 	if err := admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&from); err != nil {
 		return nil, fmt.Errorf("cost: wal position: %w", err)
@@ -165,6 +169,26 @@ func measureCost(ctx context.Context, meta strategy.Meta, db, admin *pgxpool.Poo
 		return nil, fmt.Errorf("cost: read the WAL: %w", err)
 	}
 	return c, nil
+}
+
+// holdWAL keeps the server's WAL from here on until the returned function
+// is called, by a replication slot that reserves it: the other cells of a
+// table write WAL fast enough that a checkpoint recycled the measurement's
+// segment before it was read, three attempts in a row once 24 cells ran at
+// once (2026-12-07). A server that refuses the slot (no free one, no
+// privilege) is measured without it, and walGone's retry remains.
+func holdWAL(ctx context.Context, admin *pgxpool.Pool) (release func()) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "reservebench_cost_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true)`, name); err != nil {
+		return func() {}
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name)
+	}
 }
 
 // walGone says the WAL from the measurement's start was removed before it
