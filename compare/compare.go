@@ -42,7 +42,7 @@ type Options struct {
 	// requests as surely as 2,000 of 2,000, in half the time).
 	ShortScenarios []string
 	// Parallel is how many cells run at once, heaviest first (default 1;
-	// the paced scenarios have slots of their own, slots.go).
+	// the paced and the long scenarios have slots of their own, slots.go).
 	Parallel int
 	// slots, when set, are the slots of the run instead of Parallel's:
 	// Table shares them between the strategies and the controls.
@@ -228,8 +228,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 // runStrategy runs every scenario against one strategy. The scenarios that
 // need a server of their own run in their lanes (lanes.go), one strategy at
-// a time per lane; the others run one after the other on a database of the
-// strategy's own, heaviest first, each cell with a slot of sem (slots.go):
+// a time per lane; its long ones (Scenario.Work) beside the rest, each on
+// a database of its own; the others run one after the other on a database
+// of the strategy's own, heaviest first, each cell with a slot of sem (slots.go):
 // the lanes overlap the slots, so the exclusive scenarios of every
 // strategy, added up, never queue behind the rest. Whatever goes wrong
 // becomes an ERROR result of the scenario it happened in.
@@ -309,45 +310,108 @@ func runStrategy(ctx context.Context, opts Options, meta strategy.Meta, scenario
 		sr.Cost = costOnItsOwn(ctx, opts, meta)
 		sem.work.release()
 	}
-	// The database is made when the first cell has its slot: some forty
-	// strategies and controls are under way at once, and their pools close
-	// what stays idle (pgtest.IdleClose) while they wait for the next.
-	var db, admin *pgxpool.Pool
-	hung := ""
-	for _, i := range order {
+	var (
+		hungMu sync.Mutex
+		hung   string // the first scenario that ran into its deadline
+	)
+	hungFirst := func() string {
+		hungMu.Lock()
+		defer hungMu.Unlock()
+		return hung
+	}
+	// run runs one cell once it has its slot, on the database and
+	// resources open gives it then.
+	run := func(i int, open func(e *strategytest.Env) (cleanup func(), err error)) {
 		in := scenarios[i]
-		if hung != "" {
-			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s ran into its %v deadline, and a strategy that hung once is not waited for again", hung, opts.scenarioTimeout()))
-			continue
+		if h := hungFirst(); h != "" {
+			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: scenario %s ran into its %v deadline, and a strategy that hung once is not waited for again", h, opts.scenarioTimeout()))
+			return
 		}
 		pool := sem.pool(in)
 		if err := pool.acquire(ctx, bonus+weight(in)); err != nil {
 			sr.Results[i] = errored(meta, in, fmt.Errorf("not run: waiting for a slot: %w", err))
-			continue
-		}
-		if db == nil {
-			var done func()
-			var err error
-			if db, admin, done, err = opts.Database(ctx, meta.Name); err != nil {
-				pool.release()
-				lane.Wait()
-				return failAll(fmt.Errorf("database for %s: %w", meta.Name, err))
-			}
-			defer done()
+			return
 		}
 		e := env(in)
-		e.DB, e.Admin = db, admin
+		cleanup, err := open(&e)
+		if err != nil {
+			pool.release()
+			sr.Results[i] = errored(meta, in, err)
+			logf(sr.Results[i], in)
+			return
+		}
+		defer cleanup()
 		r, abandoned := runScenarioBounded(ctx, opts, e, in)
 		pool.release()
 		// A cell that ran into its deadline hung, or nearly: the strategy's
 		// other scenarios would each wait it out as well (a deadlock that
 		// heeds its context), and the table with them.
 		if abandoned || r.Elapsed >= opts.scenarioTimeout() {
-			hung = in.Name
+			hungMu.Lock()
+			if hung == "" {
+				hung = in.Name
+			}
+			hungMu.Unlock()
 		}
 		sr.Results[i] = r
 		logf(r, in)
 	}
+	// The long cells (Scenario.Work) run beside the rest of the row, each
+	// on a database and resources of its own, as the lanes do: one after
+	// the other, the deployment contract (20 to 45 s) and redis-restart
+	// (10 to 15 s) made the longest rows 60 to 80 s, the table's floor.
+	var beside sync.WaitGroup
+	rest := order[:0:0]
+	for _, i := range order {
+		if scenarios[i].Work == 0 || len(order) == 1 {
+			rest = append(rest, i)
+			continue
+		}
+		beside.Add(1)
+		go func() {
+			defer beside.Done()
+			run(i, func(e *strategytest.Env) (func(), error) {
+				db, admin, done, err := opts.Database(ctx, meta.Name+"-"+scenarios[i].Name)
+				if err != nil {
+					return nil, fmt.Errorf("database for %s: %w", meta.Name, err)
+				}
+				rs, err := resourcetest.Start(ctx, meta)
+				if err != nil {
+					done()
+					return nil, fmt.Errorf("resources for %s: %w", meta.Name, err)
+				}
+				e.DB, e.Admin, e.Resources = db, admin, rs
+				return func() { rs.Close(); done() }, nil
+			})
+		}()
+	}
+	// The row's database is made when its first cell has its slot: some
+	// forty strategies and controls are under way at once, and their pools
+	// close what stays idle (pgtest.IdleClose) while they wait for the next.
+	// A database that could not be made is every cell's error.
+	var (
+		db, admin *pgxpool.Pool
+		dbDone    func()
+		dbErr     error
+	)
+	defer func() {
+		if dbDone != nil {
+			dbDone()
+		}
+	}()
+	for _, i := range rest {
+		run(i, func(e *strategytest.Env) (func(), error) {
+			if db == nil && dbErr == nil {
+				db, admin, dbDone, dbErr = opts.Database(ctx, meta.Name)
+				if dbErr != nil {
+					dbErr = fmt.Errorf("database for %s: %w", meta.Name, dbErr)
+				}
+			}
+			e.DB, e.Admin = db, admin
+			return func() {}, dbErr
+		})
+	}
+	beside.Wait()
 	if opts.Logf != nil {
 		opts.Logf("%-16s all scenarios but the exclusive ones in %v (from its first cell, slots shared)", meta.Name, time.Since(start).Round(time.Millisecond))
 	}
@@ -403,9 +467,12 @@ const abandonGrace = 30 * time.Second
 // has it, and the lane is free again when it returns or is abandoned.
 func runScenarioBounded(ctx context.Context, opts Options, env strategytest.Env, in *strategytest.Scenario) (r *strategytest.Result, abandoned bool) {
 	if in.ExclusiveServer && opts.ExclusiveDatabase != nil {
-		lock := laneLock(in.Name)
-		lock.Lock()
-		defer lock.Unlock()
+		lane, free, err := takeLane(ctx, in.Name)
+		if err != nil {
+			return errored(env.Meta, in, err), false
+		}
+		defer free()
+		ctx = withLane(ctx, lane)
 	}
 	res := make(chan *strategytest.Result, 1)
 	go func() { res <- runScenario(ctx, opts, env, in) }()
@@ -462,7 +529,10 @@ func runExclusive(ctx context.Context, opts Options, env strategytest.Env, in *s
 	if opts.ExclusiveDatabase == nil {
 		return strategytest.RunScenario(ctx, env, in) // Env.Server is nil: reported as not supported
 	}
-	db, admin, srv, done, err := opts.ExclusiveDatabase(withLane(ctx, in.Name), env.Meta.Name)
+	if laneOf(ctx) == "" {
+		ctx = withLane(ctx, in.Name)
+	}
+	db, admin, srv, done, err := opts.ExclusiveDatabase(ctx, env.Meta.Name)
 	if err != nil {
 		return nil, fmt.Errorf("exclusive database for %s: %w", env.Meta.Name, err)
 	}

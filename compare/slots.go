@@ -9,7 +9,8 @@ import (
 )
 
 // Slots: the cells of the table (one scenario against one strategy) take a
-// slot each, one cell of a strategy at a time. A freed slot goes to the
+// slot each, a row's cells one at a time but for its long cells, which run
+// beside it (compare.go). A freed slot goes to the
 // heaviest cell waiting for it, so the long cells of every strategy start
 // first and the table's tail is made of short ones, and the negative
 // controls (short, many) fill it: with one slot per strategy for its whole
@@ -18,7 +19,14 @@ import (
 //
 // The paced scenarios (Scenario.Paced: their time is the seed's timers,
 // not work) have slots of their own, so a cell that waits on a 600 ms
-// handler never holds a slot that a cell with work to do could use.
+// handler never holds a slot that a cell with work to do could use. So do
+// the long ones (Scenario.Work: the deployment contract, redis-restart),
+// for the same reason: they are long because they wait, for holds past a
+// timeout, for a stalled Redis, for a request to block, and a deployment
+// contract uses a tenth of a core over its 25 s alone. While they held
+// the work slots, the first 40 s of the table left half the cores idle;
+// with slots of their own, the cores are busy from its tenth second to
+// its last few (2026-12-07: 124 s to 106 s).
 //
 // A weighted semaphore (x/sync/semaphore) serves waiters in arrival order;
 // the order by weight is the point here, hence this small queue.
@@ -111,28 +119,41 @@ func removeWaiter(ws []*slotWaiter, w *slotWaiter) []*slotWaiter {
 	return ws
 }
 
-// slots are the pools of a run: work cells, paced cells, and the rows of
-// negative controls under way. Every strategy's row begins at once, so
-// that the heavy cells of all of them come first, whichever row they are
-// in; each row keeps its database and warm pools between its cells
-// (pgtest.SharedMaxConnections is sized for it). The controls' rows, many
-// and short, begin a few at a time as slots free up.
+// slots are the pools of a run: work cells, paced cells, long cells, and
+// the rows of negative controls under way. Every strategy's row begins at
+// once, so that the heavy cells of all of them come first, whichever row
+// they are in; each row keeps its database and warm pools between its
+// cells (pgtest.SharedMaxConnections is sized for it). The controls' rows,
+// many and short, begin some at a time as slots free up.
 type slots struct {
-	controlRows, work, paced *slotPool
+	controlRows, work, paced, long *slotPool
 }
 
 func newSlots(work, paced int) *slots {
-	return &slots{controlRows: newSlotPool(controlRowsPerWorkSlot * work), work: newSlotPool(work), paced: newSlotPool(paced)}
+	return &slots{controlRows: newSlotPool(controlRowsPerWorkSlot * work), work: newSlotPool(work), paced: newSlotPool(paced), long: newSlotPool(int(longSlotsPerWorkSlot * float64(work)))}
 }
 
+// longSlotsPerWorkSlot: long cells at once per work slot. With 1.25, the
+// strategies' 19 long cells filled them until a minute in, and the
+// controls' ones (redis-restart's stall, 10 s each) made the table's tail.
+const longSlotsPerWorkSlot = 2.0
+
 // controlRowsPerWorkSlot: controls under way per work slot, enough for a
-// freed slot to find one of their cells waiting.
-const controlRowsPerWorkSlot = 2
+// freed slot to find one of their cells waiting. A row begins its
+// resources (a Redis) at once, and its database with its first cell. With
+// 2, the 16 rows under way all waited for work slots, which the
+// strategies held until 70 s in, and no control's long cell ran before;
+// with 8, the shared server peaked at 859 connections of its 1,000, with
+// 4 at 629 (2026-12-07).
+const controlRowsPerWorkSlot = 4
 
 // pool is the pool a scenario's cell takes its slot from.
 func (s *slots) pool(in *strategytest.Scenario) *slotPool {
 	if in.Paced {
 		return s.paced
+	}
+	if in.Work > 0 {
+		return s.long
 	}
 	return s.work
 }

@@ -127,7 +127,10 @@ type Scenario struct {
 	// send: for a scenario whose requests do not show what it costs, one
 	// made of checks (deployment-contract, every strategy's longest cell)
 	// or of waits for a restarted Redis. Such a harness starts the heaviest
-	// cells first. It changes nothing in a trial.
+	// cells first, and compare runs a cell with Work beside the rest of its
+	// strategy's cells, on a database and resources of its own, with slots
+	// of its own: it is long because it waits. It changes nothing in a
+	// trial.
 	Work int `json:"work,omitempty"`
 
 	// The http-* kinds: the front's admission limits (in_flight, queue,
