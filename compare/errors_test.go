@@ -22,6 +22,7 @@ import (
 // other strategies' cells are still run, and the report's violations name
 // the broken one.
 func TestErrorsAreVerdicts(t *testing.T) {
+	t.Parallel() // beside the table: mostly waits
 	broken := func(name string, open func(context.Context, strategy.Config) (strategy.Deployment, error)) strategy.Meta {
 		return strategy.Meta{Name: name, Description: "broken on purpose", Claims: strategy.NoOversell, Open: open}
 	}
@@ -128,6 +129,7 @@ func (restartPanics) Restart(context.Context, int) error { panic("restart panics
 // once a scenario (a hidden deadlock would otherwise hold the table for
 // ScenarioTimeout times the scenarios).
 func TestHangIsNotWaitedForAgain(t *testing.T) {
+	t.Parallel() // beside the table: a 3 s wait
 	const timeout = 3 * time.Second
 	hang := strategy.Meta{Name: "hangs", Description: "broken on purpose", Claims: strategy.NoOversell,
 		Open: func(_ context.Context, cfg strategy.Config) (strategy.Deployment, error) { return hanging{cfg}, nil }}

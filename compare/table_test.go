@@ -17,6 +17,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // hold only deterministic facts; last-run.json is not committed and also
 // holds what varies (ranges, timings, histories).
 func TestTable28_1(t *testing.T) {
+	// Beside the package's other slow tests, which mostly wait (6 s of
+	// `go test ./compare` before the table began, one after the other).
+	t.Parallel()
 	compare.Table(t, compare.TableOptions{
 		Controls: true,
 		Markdown: "../docs/table-28-1.md",
