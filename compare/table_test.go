@@ -17,8 +17,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // hold only deterministic facts; last-run.json is not committed and also
 // holds what varies (ranges, timings, histories).
 func TestTable28_1(t *testing.T) {
-	// Beside the package's other slow tests, which mostly wait (6 s of
-	// `go test ./compare` before the table began, one after the other).
+	// Beside the package's other slow tests, which mostly wait: they ran
+	// 6 s one after the other before the table began, and now 3 s side by
+	// side (go test's -parallel is GOMAXPROCS, 2 here, and they come first).
 	t.Parallel()
 	compare.Table(t, compare.TableOptions{
 		Controls: true,
