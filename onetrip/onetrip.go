@@ -96,6 +96,12 @@ type Options struct {
 	// own key: a resend") whatever SKU it was sold for, where it is
 	// KEY_REUSED (outsider round 40's m15).
 	HintReplaysByUser bool
+	// SoldOutOnlyIfStillNone is a deliberate mistake, for the negative
+	// control ctl-sold-out-only-if-still-none: after an insert refused for
+	// want of a unit, SOLD_OUT only when sqlWhyNot's later reading has no
+	// unit either ("make sure before saying so"), and an empty answer when
+	// a unit came back in between (outsider round 46's m01).
+	SoldOutOnlyIfStillNone bool
 }
 
 func (o Options) maxRetries() int {
@@ -174,7 +180,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -215,6 +221,7 @@ type Deployment struct {
 	invisibleConflictSoldOut bool // Options.InvisibleConflictSoldOut
 	cancelIsSoldOut          bool // Options.CancelIsSoldOut
 	hintReplaysByUser        bool // Options.HintReplaysByUser
+	soldOutOnlyIfStillNone   bool // Options.SoldOutOnlyIfStillNone
 
 	retries atomic.Int64
 }

@@ -244,6 +244,9 @@ func (n *node) reserveOnce(ctx context.Context, req strategy.Request) (strategy.
 	if werr != nil {
 		return strategy.Result{}, werr
 	}
+	if n.d.soldOutOnlyIfStillNone && errors.Is(err, errNoUnit) && w.hasUnit {
+		return strategy.Result{}, nil // the mistake
+	}
 	res, _, err := w.answer(req, err)
 	if n.d.invisibleConflictSoldOut && errors.Is(err, errInvisibleConflict) {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake

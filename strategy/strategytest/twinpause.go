@@ -141,6 +141,7 @@ type pauseTracer struct {
 	k, n   int
 	paused chan struct{}
 	gate   chan struct{}
+	pid    uint32 // the paused call's backend
 }
 
 // arm counts the marked call's statements from zero; the channel is closed
@@ -148,7 +149,7 @@ type pauseTracer struct {
 func (p *pauseTracer) arm(k int) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed, p.k, p.n = true, k, 0
+	p.armed, p.k, p.n, p.pid = true, k, 0, 0
 	p.paused, p.gate = make(chan struct{}), make(chan struct{})
 	return p.paused
 }
@@ -163,7 +164,14 @@ func (p *pauseTracer) release() {
 	}
 }
 
-func (p *pauseTracer) end(ctx context.Context) {
+// pausedPID is the backend of the call paused now (0 before it is).
+func (p *pauseTracer) pausedPID() uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+func (p *pauseTracer) end(ctx context.Context, conn *pgx.Conn) {
 	if marked, _ := ctx.Value(pauseMarkKey{}).(bool); !marked {
 		return
 	}
@@ -178,6 +186,7 @@ func (p *pauseTracer) end(ctx context.Context) {
 		return
 	}
 	paused, gate := p.paused, p.gate
+	p.pid = conn.PgConn().PID()
 	p.mu.Unlock()
 	close(paused)
 	<-gate
@@ -187,8 +196,8 @@ func (p *pauseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 	return ctx
 }
 
-func (p *pauseTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
-	p.end(ctx)
+func (p *pauseTracer) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryEndData) {
+	p.end(ctx, conn)
 }
 
 func (p *pauseTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
@@ -197,6 +206,6 @@ func (p *pauseTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 
 func (p *pauseTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
-func (p *pauseTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
-	p.end(ctx)
+func (p *pauseTracer) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchEndData) {
+	p.end(ctx, conn)
 }
