@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,23 @@ LEFT JOIN onetrip_reservation k ON k.request_key = $1`
 	sqlLookup = `SELECT user_id, sku, status, expires_at FROM onetrip_reservation WHERE request_key = $1`
 )
 
+var (
+	// sqlWhyNotFoldsUser is sqlWhyNot with Options.WhyNotFoldsUser's
+	// mistake: the user's reservations are found ignoring case.
+	sqlWhyNotFoldsUser = mustReplace(sqlWhyNot, "a.user_id = $3", "lower(a.user_id) = lower($3)")
+	// sqlWhyNotFoldsKey is sqlWhyNot with Options.WhyNotFoldsKey's
+	// mistake: the key's owner is found ignoring case.
+	sqlWhyNotFoldsKey = mustReplace(sqlWhyNot, "k.request_key = $1", "lower(k.request_key) = lower($1)")
+)
+
+// mustReplace is s with old replaced by new, which must be in it once.
+func mustReplace(s, old, new string) string {
+	if strings.Count(s, old) != 1 {
+		panic(fmt.Sprintf("onetrip: %q is not in the statement once", old))
+	}
+	return strings.Replace(s, old, new, 1)
+}
+
 // constraintAvailable is the stock row's CHECK that refuses a decrement
 // past zero (schema.sql): sqlInsertAndTake's "no unit".
 const constraintAvailable = "onetrip_stock_available_range"
@@ -154,8 +172,13 @@ func (d *Deployment) readWhyNot(ctx context.Context, q querier, req strategy.Req
 		expires           *time.Time
 	)
 	sql := sqlWhyNot
-	if d.whyNotCountsEnded {
+	switch {
+	case d.whyNotCountsEnded:
 		sql = sqlWhyNotCountsEnded
+	case d.whyNotFoldsUser:
+		sql = sqlWhyNotFoldsUser
+	case d.whyNotFoldsKey:
+		sql = sqlWhyNotFoldsKey
 	}
 	if err := q.QueryRow(ctx, sql, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &w.holds, &w.hasUnit); err != nil {
 		return w, fmt.Errorf("look up why not held: %w", err)

@@ -158,6 +158,21 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 				req.Key, req.User, "kit-user-"+variants[pair[0]], res.Outcome, err)
 		}
 	}
+	// Every SKU is sold out now. A strategy that reads why a request was
+	// refused in a statement of its own may fold case there alone, where
+	// the unique indexes stay exact: a new key of a user that differs from
+	// a holder only in case, and a new key that differs from a known one
+	// only in case, are SOLD_OUT, not USER_LIMIT or KEY_REUSED (outsider
+	// round 46's m23 and m24: a refused request was only ever a known key).
+	for _, req := range []strategy.Request{
+		{Key: "kit-sold-out-" + base, User: "kit-user-ORDER-A", SKU: skus[0], TTL: time.Hour},
+		{Key: strings.ToUpper(fmt.Sprintf("kit-%s-%d-%s", variants[0], 0, base)), User: "kit-user-sold-out", SKU: skus[0], TTL: time.Hour},
+	} {
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeSoldOut {
+			t.Errorf("Reserve key %q, user %q on sold-out sku %q (a holder's user or a known key differs from them only in case: different): %s (reservation %q), %v; want SOLD_OUT",
+				req.Key, req.User, req.SKU, res.Outcome, res.Reservation.Key, err)
+		}
+	}
 	list, err := dep.Audit(ctx)
 	if err != nil {
 		t.Fatalf("Audit: %v", err)
