@@ -29,18 +29,9 @@ func checkTwinBetweenStatements(t tester, meta strategy.Meta, db, admin *pgxpool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr := &pauseTracer{}
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("a pool with the kit's tracer: %v", err)
-	}
+	tr, pool := pausedPool(ctx, t, db)
 	defer pool.Close()
-	var stock []strategy.Stock
-	for k := 1; k <= eachStatementRounds; k++ {
-		stock = append(stock, strategy.Stock{SKU: kitSKU(fmt.Sprintf("twin-pause-%d", k)), Total: 2})
-	}
+	stock := pauseRounds("twin-pause", 2)
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Nodes: 2, Stock: stock})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -124,6 +115,29 @@ func checkTwinBetweenStatements(t tester, meta strategy.Meta, db, admin *pgxpool
 			t.Errorf("audit of %s after its twin: total %d, available %d, active %d; want drift 0", st.SKU, st.Total, st.Available, st.Active)
 		}
 	}
+}
+
+// pausedPool is db's pool again, with a pauseTracer on its connections.
+func pausedPool(ctx context.Context, t tester, db *pgxpool.Pool) (*pauseTracer, *pgxpool.Pool) {
+	t.Helper()
+	tr := &pauseTracer{}
+	cfg := db.Config().Copy()
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("a pool with the kit's tracer: %v", err)
+	}
+	return tr, pool
+}
+
+// pauseRounds is a SKU of total units for each statement a check pauses
+// after in turn.
+func pauseRounds(name string, total int) []strategy.Stock {
+	var stock []strategy.Stock
+	for k := 1; k <= eachStatementRounds; k++ {
+		stock = append(stock, strategy.Stock{SKU: kitSKU(fmt.Sprintf("%s-%d", name, k)), Total: total})
+	}
+	return stock
 }
 
 type pauseMarkKey struct{}

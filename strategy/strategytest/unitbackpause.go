@@ -24,18 +24,9 @@ func checkUnitBackBetweenStatements(t tester, meta strategy.Meta, db, admin *pgx
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr := &pauseTracer{}
-	cfg := db.Config().Copy()
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("a pool with the kit's tracer: %v", err)
-	}
+	tr, pool := pausedPool(ctx, t, db)
 	defer pool.Close()
-	var stock []strategy.Stock
-	for k := 1; k <= eachStatementRounds; k++ {
-		stock = append(stock, strategy.Stock{SKU: kitSKU(fmt.Sprintf("unit-back-%d", k)), Total: 1})
-	}
+	stock := pauseRounds("unit-back", 1)
 	// One node: a strategy that splits a SKU between nodes would answer
 	// the second node's request from its share of none.
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: stock})
