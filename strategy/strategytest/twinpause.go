@@ -29,14 +29,8 @@ func checkTwinBetweenStatements(t tester, meta strategy.Meta, db, admin *pgxpool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr, pool := pausedPool(ctx, t, db)
-	defer pool.Close()
-	stock := pauseRounds("twin-pause", 2)
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Nodes: 2, Stock: stock})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
+	tr, dep, stock, closeAll := openPaused(ctx, t, meta, db, rs, "twin-pause", 2, 2)
+	defer closeAll()
 	opener, ok := dep.Node(0).(strategy.SessionOpener)
 	if !ok {
 		t.Skip("no attempt held open (strategy.SessionOpener)")
@@ -115,6 +109,20 @@ func checkTwinBetweenStatements(t tester, meta strategy.Meta, db, admin *pgxpool
 			t.Errorf("audit of %s after its twin: total %d, available %d, active %d; want drift 0", st.SKU, st.Total, st.Available, st.Active)
 		}
 	}
+}
+
+// openPaused opens meta over pauseRounds(name, total) on nodes nodes, on
+// a pausedPool of db; closeAll closes the deployment and the pool.
+func openPaused(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, name string, total, nodes int) (tr *pauseTracer, dep strategy.Deployment, stock []strategy.Stock, closeAll func()) {
+	t.Helper()
+	tr, pool := pausedPool(ctx, t, db)
+	stock = pauseRounds(name, total)
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Nodes: nodes, Stock: stock})
+	if err != nil {
+		pool.Close()
+		t.Fatalf("Open: %v", err)
+	}
+	return tr, dep, stock, func() { _ = dep.Close(); pool.Close() }
 }
 
 // pausedPool is db's pool again, with a pauseTracer on its connections.

@@ -24,16 +24,10 @@ func checkUnitBackBetweenStatements(t tester, meta strategy.Meta, db, admin *pgx
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tr, pool := pausedPool(ctx, t, db)
-	defer pool.Close()
-	stock := pauseRounds("unit-back", 1)
 	// One node: a strategy that splits a SKU between nodes would answer
 	// the second node's request from its share of none.
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Stock: stock})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer dep.Close()
+	tr, dep, stock, closeAll := openPaused(ctx, t, meta, db, rs, "unit-back", 1, 1)
+	defer closeAll()
 	node := dep.Node(0)
 	rel, ok := node.(strategy.Releaser)
 	if !ok {
