@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -376,8 +377,16 @@ func withDatabase(dsn, database string) string {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		return replaceURLPath(dsn, database)
 	}
+	if loc := dbnameSetting.FindStringSubmatchIndex(dsn); loc != nil {
+		// Replace, not append: libpq's last setting would win too, but a DSN
+		// printed for a user to paste (reservebench serve) should name one.
+		return dsn[:loc[2]] + "dbname=" + database + dsn[loc[1]:]
+	}
 	return dsn + " dbname=" + database
 }
+
+// dbnameSetting is a keyword/value DSN's dbname, its value bare or quoted.
+var dbnameSetting = regexp.MustCompile(`(?:^|\s)(dbname\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+))`)
 
 func replaceURLPath(dsn, database string) string {
 	schemeEnd := strings.Index(dsn, "://") + 3
