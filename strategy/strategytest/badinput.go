@@ -33,7 +33,21 @@ var badRequests = []badRequest{
 		r.SKU = strings.Repeat("s", strategy.MaxSKULen+1)
 		return r
 	}},
+	// The limits are in bytes, and é is two: a strategy that counts
+	// characters (utf8.RuneCountInString, char_length, a varchar(n)
+	// column) takes these (outsider round 47). A SKU has no such case: one
+	// over the limit is no deployment's either, a bad request all the same.
+	{"key over the limit in bytes, not in characters", "key", func(_ *trial, r strategy.Request) strategy.Request {
+		r.Key = r.Key + strings.Repeat("é", strategy.MaxKeyLen-len(r.Key))
+		return r
+	}},
+	{"user over the limit in bytes, not in characters", "user", func(_ *trial, r strategy.Request) strategy.Request {
+		r.User = strings.Repeat("é", strategy.MaxUserLen)
+		return r
+	}},
 	{"key not UTF-8", "key", func(_ *trial, r strategy.Request) strategy.Request { r.Key = "req-\xff"; return r }},
+	{"a line break in key", "key", func(_ *trial, r strategy.Request) strategy.Request { r.Key += "\n"; return r }},
+	{"DEL in user", "user", func(_ *trial, r strategy.Request) strategy.Request { r.User += "\x7f"; return r }},
 	{"NUL in user", "user", func(_ *trial, r strategy.Request) strategy.Request { r.User = "user\x00x"; return r }},
 	{"zero TTL", "ttl", func(_ *trial, r strategy.Request) strategy.Request { r.TTL = 0; return r }},
 	{"negative TTL", "ttl", func(_ *trial, r strategy.Request) strategy.Request { r.TTL = -time.Second; return r }},

@@ -11,18 +11,20 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// checkBlockedCallsFail: a Lookup, Confirm or Release that could not read
-// or write (its statement waited on a lock until its caller gave up)
-// returns an error, never an answer; so do a Restart and an Attach that
-// could not read what they start from. Lookup is how a caller resolves an
-// unknown outcome: a NOT_FOUND made up from a failed read tells it the
-// reservation does not exist while it does; a false or 0 from a failed
-// Confirm or Release tells it the reservation was not HELD. No other
-// scenario makes these calls fail: the partitions and restarts cut
-// reservations. Here an admin transaction holds every table of the
-// strategy in ACCESS EXCLUSIVE mode; each call is seen waiting behind it
-// (pg_blocking_pids), then its context is cancelled. A call that answers
-// without waiting (from memory) is not judged.
+// checkBlockedCallsFail: a Lookup, Confirm, Release or expiry job that
+// could not read or write (its statement waited on a lock until its caller
+// gave up) returns an error, never an answer; so do a Restart and an
+// Attach that could not read what they start from. Lookup is how a caller
+// resolves an unknown outcome: a NOT_FOUND made up from a failed read
+// tells it the reservation does not exist while it does; a false or 0 from
+// a failed Confirm or Release tells it the reservation was not HELD; an
+// expiry job that returns without an error says it moved every due
+// reservation, and one is due. No other scenario makes these calls fail:
+// the partitions and restarts cut reservations. Here an admin transaction
+// holds every table of the strategy in ACCESS EXCLUSIVE mode; each call is
+// seen waiting behind it (pg_blocking_pids), then given up on, once by
+// cancelling its context and once as its deadline would (giveUpKind). A
+// call that answers without waiting (from memory) is not judged.
 func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -33,6 +35,18 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 	key := "kit-blocked-" + sku
 	if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: key, User: "kit-blocked-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Reserve: %s, %v; want HELD", res.Outcome, err)
+	}
+	// A due reservation, for the expiry job to have work it cannot do.
+	ex, expires := node.(strategy.Expirer)
+	ager, ages := dep.(strategy.Ager)
+	due := "kit-blocked-due-" + sku
+	if expires && ages {
+		if res, err := reserveUnlessBusy(ctx, node, strategy.Request{Key: due, User: "kit-blocked-due-user", SKU: sku, TTL: time.Hour}); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("Reserve %q: %s, %v; want HELD", due, res.Outcome, err)
+		}
+		if n, err := ager.MakeDue(ctx, []string{due}); err != nil || n != 1 {
+			t.Fatalf("MakeDue %q: %d, %v; want 1", due, n, err)
+		}
 	}
 	calls := []blockedCall{
 		{"Lookup", func(c context.Context) outcome {
@@ -50,6 +64,12 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 		calls = append(calls, blockedCall{"Release", func(c context.Context) outcome {
 			n, err := rl.Release(c, key)
 			return outcome{fmt.Sprintf("%d, %v", n, err), err != nil}
+		}})
+	}
+	if expires && ages {
+		calls = append(calls, blockedCall{"ExpireDue, with a reservation due", func(c context.Context) outcome {
+			n, err := ex.ExpireDue(c)
+			return outcome{fmt.Sprintf("%d units, %v", n, err), err != nil}
 		}})
 	}
 	// Last, as they end the node: a restart and an attach that cannot
@@ -72,8 +92,13 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 		}})
 	}
 	tables := lockTables(ctx, t, admin, nil, func(holder int32) {
-		for _, c := range append(calls, starts...) {
-			judgeBlocked(ctx, t, admin, holder, c, "tables locked by another transaction")
+		for _, kind := range []giveUpKind{byCancel, byDeadline} {
+			for _, c := range calls {
+				judgeBlocked(ctx, t, admin, holder, c, kind, "tables locked by another transaction")
+			}
+		}
+		for _, c := range starts {
+			judgeBlocked(ctx, t, admin, holder, c, byCancel, "tables locked by another transaction")
 		}
 	})
 	// Then one table at a time: a start that falls back to another table
@@ -83,7 +108,7 @@ func checkBlockedCallsFail(t tester, meta strategy.Meta, db, admin *pgxpool.Pool
 		for _, tb := range tables {
 			lockTables(ctx, t, admin, []string{tb}, func(holder int32) {
 				for _, c := range starts {
-					judgeBlocked(ctx, t, admin, holder, c, "table "+tb+" locked by another transaction")
+					judgeBlocked(ctx, t, admin, holder, c, byCancel, "table "+tb+" locked by another transaction")
 				}
 			})
 		}
@@ -137,16 +162,17 @@ func lockTables(ctx context.Context, t tester, admin *pgxpool.Pool, these []stri
 	return tables
 }
 
-// judgeBlocked makes the call, gives up on it once it is seen waiting for
-// holder (pg_blocking_pids), and wants an error from a call that waited.
-func judgeBlocked(ctx context.Context, t tester, admin *pgxpool.Pool, holder int32, c blockedCall, behind string) {
+// judgeBlocked makes the call, gives up on it (the way kind says) once it
+// is seen waiting for holder (pg_blocking_pids), and wants an error from a
+// call that waited.
+func judgeBlocked(ctx context.Context, t tester, admin *pgxpool.Pool, holder int32, c blockedCall, kind giveUpKind, behind string) {
 	t.Helper()
 	// The calls given up on before may still wait until their cancel
 	// reaches the server: none may be taken for this one's wait.
 	if err := awaitNoWaiter(ctx, admin, holder); err != nil {
 		t.Fatalf("before %s: %v", c.what, err)
 	}
-	callCtx, giveUp := context.WithCancel(ctx)
+	callCtx, giveUp := withGiveUp(ctx, kind)
 	done := make(chan outcome, 1)
 	var box panicBox
 	go func() {
@@ -163,7 +189,7 @@ func judgeBlocked(ctx context.Context, t tester, admin *pgxpool.Pool, holder int
 	o := <-done
 	box.rethrow()
 	if blocked && !o.ok {
-		t.Errorf("%s, waiting behind %s until its caller gave up (a HELD reservation in them): %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD; a node started from a guess sells again what is sold)", c.what, behind, o.answer)
+		t.Errorf("%s, waiting behind %s until %s (a HELD reservation in them): %s; want an error (a made-up answer tells the caller the reservation is not there, or not HELD, or that no reservation is due; a node started from a guess sells again what is sold)", c.what, behind, kind, o.answer)
 	}
 }
 

@@ -72,7 +72,13 @@ const answerSlack = time.Second
 
 // clockAheadRound holds the reservations of TTL ttl and 3*ttl, acts on them
 // at 1.5*ttl and judges; it reports false when the calls missed the window
-// (nothing judged).
+// (nothing judged). Where the strategy has them, a pair is made in an
+// attempt held open (strategy.SessionOpener), and a second deployment's
+// pair is judged by its expiry job held open (strategy.ExpirySessionOpener):
+// each path may take its clock from another place (outsider round 48's m33
+// stamped a session's expires_at by the application's clock, and m32's job
+// held open compared with it, and both passed when only Reserve and
+// ExpireDue ran here).
 func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, round int, ttl time.Duration) bool {
 	t.Helper()
 	sku := kitSKU(fmt.Sprintf("clock-ahead-%d", round))
@@ -88,27 +94,73 @@ func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxp
 		t.Skip("no expiry job (strategy.Expirer) and no Confirm (strategy.Confirmer): nothing judges expires_at")
 	}
 	type held struct {
-		key  string
-		ttl  time.Duration
-		paid bool // confirmed at 1.5*ttl, not left to the job
+		key       string
+		ttl       time.Duration
+		paid      bool // confirmed at 1.5*ttl, not left to the job
+		inSession bool // made in an attempt held open
+		heldJob   bool // the second deployment's, judged by its job held open
 	}
 	list := []held{{key: "due", ttl: ttl}, {key: "ahead", ttl: 3 * ttl}}
 	if confirms {
 		list = append(list, held{key: "due-paid", ttl: ttl, paid: true}, held{key: "ahead-paid", ttl: 3 * ttl, paid: true})
 	}
+	opener, sessions := node.(strategy.SessionOpener)
+	if sessions {
+		list = append(list, held{key: "due-session", ttl: ttl, inSession: true}, held{key: "ahead-session", ttl: 3 * ttl, inSession: true})
+	}
+	var jobNode strategy.Strategy
+	var jobSKU string
+	if _, heldJobs := node.(strategy.ExpirySessionOpener); expires && heldJobs {
+		jobSKU = kitSKU(fmt.Sprintf("clock-ahead-job-%d", round))
+		jobDep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: jobSKU, Total: 2}}})
+		if err != nil {
+			t.Fatalf("Open of a second deployment on a server whose clock runs %v ahead: %v", pgtest.ClockAhead, err)
+		}
+		defer jobDep.Close()
+		jobNode = jobDep.Node(0)
+		list = append(list, held{key: "due-job", ttl: ttl, heldJob: true}, held{key: "ahead-job", ttl: 3 * ttl, heldJob: true})
+	}
+	nodeOf := func(h held) strategy.Strategy {
+		if h.heldJob {
+			return jobNode
+		}
+		return node
+	}
 	answered := make([]time.Time, len(list))
 	made := time.Now()
+	var session strategy.Session
+	if sessions {
+		if session, err = opener.OpenSession(ctx); err != nil {
+			t.Fatalf("OpenSession: %v", err)
+		}
+		defer func() { _ = session.Rollback(context.Background()) }()
+	}
 	for i, h := range list {
 		list[i].key = fmt.Sprintf("kit-clock-%s-%s", h.key, sku)
-		res, err := node.Reserve(ctx, strategy.Request{Key: list[i].key, User: list[i].key, SKU: sku, TTL: h.ttl})
+		req := strategy.Request{Key: list[i].key, User: list[i].key, SKU: sku, TTL: h.ttl}
+		var res strategy.Result
+		switch {
+		case h.inSession:
+			res, err = session.Reserve(ctx, req)
+		case h.heldJob:
+			req.SKU = jobSKU
+			res, err = jobNode.Reserve(ctx, req)
+		default:
+			res, err = node.Reserve(ctx, req)
+		}
 		if err != nil || res.Outcome != strategy.OutcomeHeld {
-			t.Fatalf("Reserve %q (TTL %v), the database's clock %v ahead: %s, %v; want HELD", list[i].key, h.ttl, pgtest.ClockAhead, res.Outcome, err)
+			t.Fatalf("Reserve %q (TTL %v%s), the database's clock %v ahead: %s, %v; want HELD", list[i].key, h.ttl, map[bool]string{true: ", in an attempt held open"}[h.inSession], pgtest.ClockAhead, res.Outcome, err)
 		}
 		answered[i] = res.Reservation.ExpiresAt
 	}
+	if sessions {
+		if err := session.Commit(ctx); err != nil {
+			t.Fatalf("Commit of the attempt held open: %v", err)
+		}
+	}
 	allMade := time.Now()
 	for i, h := range list {
-		got, err := node.Lookup(ctx, h.key)
+		got, err := nodeOf(h).Lookup(ctx, h.key)
 		if err != nil {
 			t.Fatalf("Lookup %q: %v", h.key, err)
 		}
@@ -143,17 +195,32 @@ func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxp
 			confirmed[h.key] = ok
 		}
 	}
-	units := 0
+	units, jobUnits := 0, 0
 	if expires {
 		if units, err = expirer.ExpireDue(ctx); err != nil {
 			t.Fatalf("ExpireDue: %v", err)
+		}
+	}
+	if jobNode != nil {
+		job, err := jobNode.(strategy.ExpirySessionOpener).OpenExpirySession(ctx)
+		if err != nil {
+			t.Fatalf("OpenExpirySession: %v", err)
+		}
+		jobUnits, err = job.ExpireDue(ctx)
+		if err == nil {
+			err = job.Commit(ctx)
+		} else {
+			_ = job.Rollback(context.Background())
+		}
+		if err != nil {
+			t.Fatalf("the expiry job held open: %v", err)
 		}
 	}
 	if time.Now().After(until) {
 		return false
 	}
 	note := fmt.Sprintf("the database's clock runs %v ahead of the application's; the calls began %v after the last reservation was made", pgtest.ClockAhead, began.Sub(allMade).Round(time.Millisecond))
-	wantUnits := 0
+	wantUnits, wantJobUnits := 0, 0
 	for _, h := range list {
 		due := h.ttl == ttl
 		if h.paid {
@@ -169,21 +236,27 @@ func clockAheadRound(ctx context.Context, t tester, meta strategy.Meta, db *pgxp
 		switch {
 		case h.paid && !due:
 			want = strategy.StatusConfirmed
+		case due && h.heldJob:
+			want = strategy.StatusExpired
+			wantJobUnits++
 		case due:
 			want = strategy.StatusExpired
 			wantUnits++
 		}
-		got, err := node.Lookup(ctx, h.key)
+		got, err := nodeOf(h).Lookup(ctx, h.key)
 		if err != nil {
 			t.Fatalf("Lookup %q: %v", h.key, err)
 		}
 		if got.Status != want && !(h.paid && confirmed[h.key] && got.Status == strategy.StatusConfirmed) {
-			t.Errorf("after the expiry job, %q (TTL %v): %s; want %s (%s: a strategy that stamps expires_at by one clock and judges it by the other is %v off)",
-				h.key, h.ttl, got.Status, want, note, pgtest.ClockAhead)
+			t.Errorf("after the expiry job%s, %q (TTL %v%s): %s; want %s (%s: a strategy that stamps expires_at by one clock and judges it by the other is %v off)",
+				map[bool]string{true: " held open"}[h.heldJob], h.key, h.ttl, map[bool]string{true: ", made in an attempt held open"}[h.inSession], got.Status, want, note, pgtest.ClockAhead)
 		}
 	}
 	if expires && units != wantUnits {
 		t.Errorf("the expiry job returned %d units; want %d, one for each reservation of the shorter TTL (%s)", units, wantUnits, note)
+	}
+	if jobNode != nil && jobUnits != wantJobUnits {
+		t.Errorf("the expiry job held open returned %d units; want %d, one for each reservation of the shorter TTL (%s)", jobUnits, wantJobUnits, note)
 	}
 	return true
 }

@@ -53,10 +53,12 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	// A second is far more than a reservation needs to reach its COMMIT, even
 	// under -race on a loaded machine; the COMMIT then waits for ever.
 	sessionDone := t.commitSessionWhileWaiting(ctx, sessionSKU, time.Second)
+	t.loadCancelsOdd = true
 	t.loadOver(ctx, waves, t.in.Requests, "slow", time.Second)
+	t.loadCancelsOdd = false
 	sessionOp, sessionRan := <-sessionDone
-	relErr := t.releaseWhileWaiting(ctx, relKey)
-	expireErr := t.expireWhileWaiting(ctx, dueKey)
+	relUnits, relErr := t.releaseWhileWaiting(ctx, relKey)
+	expireUnits, expireErr := t.expireWhileWaiting(ctx, dueKey)
 	ok, fail, info := t.countTypesOf("slow")
 	t.vary("first wave: answered before the clients' deadline (the strategy's own deadline fired first)", t.answeredWithin("slow", time.Second*9/10))
 	var waiting int
@@ -96,14 +98,14 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	if err := pgcontrol.WaitNone(ctx, t.env.Admin, "backends of connections their clients closed", goneBackendsSQL, t.proxy.Closed()); err != nil {
 		return err
 	}
-	if err := t.restartAfterRelease(ctx, relKey, relErr); err != nil {
+	if err := t.restartAfterRelease(ctx, relKey, relUnits, relErr); err != nil {
 		return err
 	}
-	if err := t.expireAgain(ctx, dueKey, expireErr); err != nil {
+	if err := t.expireAgain(ctx, dueKey, expireUnits, expireErr); err != nil {
 		return err
 	}
-	t.fact("first wave: requests whose deadline expired (at COMMIT, or before it while COMMITs waited)", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
-	t.check(Base, "a deadline at commit is an unknown outcome, never a definite one", info == t.in.Requests && ok == 0 && fail == 0,
+	t.fact("first wave: requests whose deadline expired, or whose caller cancelled (every other one), at COMMIT or before it while COMMITs waited", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
+	t.check(Base, "a deadline or a cancel at commit is an unknown outcome, never a definite one", info == t.in.Requests && ok == 0 && fail == 0,
 		fmt.Sprintf("ok %d, fail %d, unknown %d of %d", ok, fail, info, t.in.Requests))
 	ok2, fail2, info2 := t.countTypesOf("then")
 	t.vary("second wave: acknowledged", ok2)
@@ -208,34 +210,41 @@ func (t *trial) holdForFault(ctx context.Context, proc string, req strategy.Requ
 }
 
 // releaseWhileWaiting releases key while COMMITs wait, giving up once its
-// COMMIT waits too (untilCommitWaits), and returns its error: nil would
-// mean an answer before its COMMIT.
-func (t *trial) releaseWhileWaiting(ctx context.Context, key string) error {
+// COMMIT waits too (untilCommitWaits), and returns its answer: no error
+// would mean an answer before its COMMIT.
+func (t *trial) releaseWhileWaiting(ctx context.Context, key string) (int, error) {
 	if key == "" {
-		return nil
+		return 0, nil
 	}
-	return t.untilCommitWaits(ctx, func(ctx context.Context) error {
-		_, err := t.release(ctx, "r", 0, key)
+	var units int
+	err := t.untilCommitWaits(ctx, func(ctx context.Context) (err error) {
+		units, err = t.release(ctx, "r", 0, key)
 		return err
 	})
+	return units, err
 }
 
 // commitWaitsAtMost bounds untilCommitWaits: a call that never reaches a
 // COMMIT (it wrote nothing, or waits for something else) is given up then.
 const commitWaitsAtMost = 10 * time.Second
 
-// untilCommitWaits runs call and gives up on it (its context is cancelled)
-// once one more COMMIT than before waits for the absent standby, or after
-// commitWaitsAtMost, or at once when it returns. A fixed deadline of a
-// second let a loaded machine give up on the call before its COMMIT was
-// sent: nothing in doubt, and ctl-moves-to-restarted went uncaught in 1 of
-// 6 runs beside a table run. The COMMIT is read from pg_stat_activity.
+// untilCommitWaits runs call and gives up on it (its context ends as its
+// deadline would, context.DeadlineExceeded) once one more COMMIT than
+// before waits for the absent standby, or after commitWaitsAtMost, or at
+// once when it returns. A fixed deadline of a second let a loaded machine
+// give up on the call before its COMMIT was sent: nothing in doubt, and
+// ctl-moves-to-restarted went uncaught in 1 of 6 runs beside a table run.
+// The COMMIT is read from pg_stat_activity. The waves' requests give up
+// both ways; a transition, the way the kit's other give-ups (cancels)
+// do not (giveUpKind).
 func (t *trial) untilCommitWaits(ctx context.Context, call func(context.Context) error) error {
 	var before int
 	if err := t.env.Admin.QueryRow(ctx, syncRepWaitingSQL).Scan(&before); err != nil {
 		return fmt.Errorf("count waiting COMMITs: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, commitWaitsAtMost)
+	tctx, stop := context.WithTimeout(ctx, commitWaitsAtMost)
+	defer stop()
+	cctx, cancel := withGiveUp(tctx, byDeadline)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- call(cctx) }()
@@ -252,7 +261,7 @@ func (t *trial) untilCommitWaits(ctx context.Context, call func(context.Context)
 // got, restarts node 0 when the strategy claims to survive restarts, and
 // sends the release again as the contract allows: it gives back nothing
 // more when the first one committed.
-func (t *trial) restartAfterRelease(ctx context.Context, key string, relErr error) error {
+func (t *trial) restartAfterRelease(ctx context.Context, key string, relUnits int, relErr error) error {
 	if key == "" {
 		if _, ok := t.node(0).(strategy.Releaser); !ok {
 			t.fact("release while COMMITs wait", "not applicable: no Release (strategy.Releaser)")
@@ -271,11 +280,14 @@ func (t *trial) restartAfterRelease(ctx context.Context, key string, relErr erro
 	if err != nil {
 		return err
 	}
+	was := durable[key].Status
+	t.check(strategy.ReturnOnce, "a release that answered while its COMMIT waited, its caller's deadline passed, is borne out: 1 unit if the row was released, 0 if not",
+		relErr != nil || (relUnits == 1) == (was == strategy.StatusReleased),
+		fmt.Sprintf("the release answered %d units and no error; the row is %s", relUnits, was), key)
 	units, err := t.release(ctx, "r-again", 0, key)
 	if err != nil {
 		return fmt.Errorf("release %s again: %w", t.plain(key), err)
 	}
-	was := durable[key].Status
 	t.check(strategy.ReturnOnce, "a release sent again after an unknown outcome gives back nothing more when the first committed", was != strategy.StatusReleased || units == 0,
 		fmt.Sprintf("the row was %s before the resend, which gave back %d", was, units), key)
 	return nil
@@ -306,21 +318,23 @@ func (t *trial) holdToExpire(ctx context.Context) (string, error) {
 
 // expireWhileWaiting runs the expiry job on node 0 while COMMITs wait,
 // giving up once its COMMIT waits too (untilCommitWaits), and returns its
-// error: nil would mean an answer before its COMMIT.
-func (t *trial) expireWhileWaiting(ctx context.Context, key string) error {
+// answer: no error would mean an answer before its COMMIT.
+func (t *trial) expireWhileWaiting(ctx context.Context, key string) (int, error) {
 	if key == "" {
-		return nil
+		return 0, nil
 	}
-	return t.untilCommitWaits(ctx, func(ctx context.Context) error {
-		_, err := t.node(0).(strategy.Expirer).ExpireDue(ctx)
+	var units int
+	err := t.untilCommitWaits(ctx, func(ctx context.Context) (err error) {
+		units, err = t.node(0).(strategy.Expirer).ExpireDue(ctx)
 		return err
 	})
+	return units, err
 }
 
 // expireAgain runs the expiry job again once the COMMITs are done, as its
 // next tick would, and checks that the hold it moved while they waited has
 // its unit back: the SKU's audit balances.
-func (t *trial) expireAgain(ctx context.Context, key string, expireErr error) error {
+func (t *trial) expireAgain(ctx context.Context, key string, expireUnits int, expireErr error) error {
 	if key == "" {
 		if _, ok := t.node(0).(strategy.Expirer); !ok {
 			t.fact("expiry job while COMMITs wait", "not applicable: no ExpireDue (strategy.Expirer)")
@@ -328,6 +342,18 @@ func (t *trial) expireAgain(ctx context.Context, key string, expireErr error) er
 		return nil
 	}
 	t.fact("expiry job while COMMITs wait", "%s", map[bool]string{true: "ended with an error (unknown)", false: "answered before its COMMIT could return"}[expireErr != nil])
+	if expireErr == nil {
+		// The one due hold is the trial's only one: a run that answered
+		// reported it, or left it HELD.
+		durable, err := t.lookupAll(ctx, []string{key})
+		if err != nil {
+			return err
+		}
+		was := durable[key].Status
+		t.check(strategy.Conserves, "an expiry job that answered while its COMMIT waited, its caller's deadline passed, is borne out: 1 unit if it expired the one due hold, 0 if the hold is still HELD",
+			(expireUnits == 1) == (was == strategy.StatusExpired),
+			fmt.Sprintf("the job answered %d units and no error; the due hold is %s", expireUnits, was), key)
+	}
 	if _, err := t.node(0).(strategy.Expirer).ExpireDue(ctx); err != nil {
 		return fmt.Errorf("the expiry job's next run: %w", err)
 	}

@@ -36,7 +36,13 @@ func (t *trial) load(ctx context.Context, n int, prefix string, timeout time.Dur
 				default:
 				}
 				rctx, cancel := ctx, context.CancelFunc(func() {})
-				if timeout > 0 {
+				switch {
+				case timeout > 0 && t.loadCancelsOdd && i%2 == 1:
+					var giveUp context.CancelFunc
+					rctx, giveUp = context.WithCancel(ctx)
+					timer := time.AfterFunc(timeout, giveUp)
+					cancel = func() { timer.Stop(); giveUp() }
+				case timeout > 0:
 					rctx, cancel = context.WithTimeout(ctx, timeout)
 				}
 				stock := t.in.Stock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -104,8 +105,10 @@ func checkOddText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strateg
 // USER_LIMIT, or cannot open the second such SKU. Here a deployment opens
 // two SKUs that differ only in case; on each, requests whose keys and
 // users differ only so must each be HELD and found by Lookup as their own;
-// then a key sent again by a user that differs from its owner only so must
-// be KEY_REUSED.
+// then a key sent again by a user that differs from its owner only so, or
+// by its owner for a SKU that differs from its own only so, must be
+// KEY_REUSED, and a SKU that differs from the deployment's only in case or
+// by a leading space is a bad request.
 func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -156,6 +159,30 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeKeyReused {
 			t.Errorf("Reserve key %q again, by user %q (it was held by %q; users that differ only in case, a trailing space, normal form, width or as e-mail aliases are different): %s, %v; want KEY_REUSED",
 				req.Key, req.User, "kit-user-"+variants[pair[0]], res.Outcome, err)
+		}
+	}
+	// A known key sent again by its own user for a SKU whose name differs
+	// from its own only so is a request for another SKU: KEY_REUSED, not
+	// REPLAY (outsider rounds 47 and 48: the known key's SKU compared with
+	// strings.EqualFold). And a SKU that differs from the deployment's
+	// only in case, or by a leading space, is not the deployment's: a bad
+	// request, however the strategy folds the names it checks against.
+	for si := range skus {
+		key := fmt.Sprintf("kit-%s-%d-%s", variants[0], si, base)
+		other := skus[(si+1)%len(skus)]
+		req := strategy.Request{Key: key, User: "kit-user-" + variants[0], SKU: other, TTL: time.Hour}
+		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeKeyReused {
+			t.Errorf("Reserve key %q again, by its user, for sku %q (it was held for %q; SKUs that differ only in case or a trailing space are different): %s, %v; want KEY_REUSED",
+				req.Key, other, skus[si], res.Outcome, err)
+		}
+	}
+	for _, sku := range []string{strings.ToUpper(skus[0]), " " + skus[0]} {
+		req := strategy.Request{Key: "kit-unknown-sku-" + base, User: "kit-user-unknown-sku", SKU: sku, TTL: time.Hour}
+		res, err := node.Reserve(ctx, req)
+		var rerr *strategy.RequestError
+		if res.Outcome != strategy.OutcomeBadRequest || !errors.As(err, &rerr) || rerr.Field != "sku" {
+			t.Errorf("Reserve for sku %q, which no deployment sells (the deployment's %q differs from it only in case or a leading space): %s, %v; want BAD_REQUEST naming the sku",
+				sku, skus[0], res.Outcome, err)
 		}
 	}
 	// Every SKU is sold out now. A strategy that reads why a request was
@@ -218,6 +245,16 @@ var lookalikes = []struct {
 	{"a zero-width space", func(k string) string { return k[:3] + "\u200b" + k[3:] }},
 	{"a leading byte order mark", func(k string) string { return "\ufeff" + k }},
 	{"a soft hyphen", func(k string) string { return k[:3] + "\u00ad" + k[3:] }},
+	// Patterns that match the key: a lookup or a transition written with
+	// LIKE (or SIMILAR TO), a Redis SCAN MATCH or KEYS, or a regular
+	// expression, where = was meant, finds the key by them (outsider
+	// rounds 47 and 48: Lookup and Release with request_key LIKE $1 passed
+	// every scenario, whose keys have no '_' or '%').
+	{"LIKE's '_' for one of its characters", func(k string) string { return k[:3] + "_" + k[4:] }},
+	{"its first half and LIKE's '%'", func(k string) string { return k[:len(k)/2] + "%" }},
+	{"a glob's '?' for one of its characters", func(k string) string { return k[:3] + "?" + k[4:] }},
+	{"its first half and a glob's '*'", func(k string) string { return k[:len(k)/2] + "*" }},
+	{"a regular expression's '.' for one of its characters", func(k string) string { return k[:3] + "." + k[4:] }},
 	{"a leading ideographic space", func(k string) string { return "\u3000" + k }},
 }
 
@@ -247,8 +284,9 @@ func fullWidth(s string) string {
 	}, s)
 }
 
-// checkLookalikeKeys: a key that looks like another, or that trimming or
-// Unicode compatibility folding would turn into it, is another key. A
+// checkLookalikeKeys: a key that looks like another, that trimming or
+// Unicode compatibility folding would turn into it, or that matches it as
+// a LIKE, glob or regular-expression pattern, is another key. A
 // strategy that trims keys ("clients and proxies add stray whitespace to
 // Idempotency-Key headers") or folds them ("the IME types order numbers
 // full-width") answers the lookalike with the bare key's reservation
@@ -422,9 +460,14 @@ func checkJoinedText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 	defer cancel()
 	base := kitSKU("joined")
 	skuA, skuVIP, skuCSV := base, base+":vip", base+",red"
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skuA, Total: 3}, {SKU: skuVIP, Total: 1}, {SKU: skuCSV, Total: 2}}})
+	joins := joinedPairs(base)
+	stock := []strategy.Stock{{SKU: skuA, Total: 3 + len(joins)}, {SKU: skuVIP, Total: 1}, {SKU: skuCSV, Total: 2}}
+	for _, j := range joins {
+		stock = append(stock, strategy.Stock{SKU: j.holder.SKU, Total: 1})
+	}
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	if err != nil {
-		t.Fatalf("Open with SKUs %q, %q and %q: %v", skuA, skuVIP, skuCSV, err)
+		t.Fatalf("Open with SKUs %q, %q, %q and %d joined to others: %v", skuA, skuVIP, skuCSV, len(joins), err)
 	}
 	defer dep.Close()
 	node := dep.Node(0)
@@ -443,6 +486,21 @@ func checkJoinedText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 		{"a long user on SKU S,red", strategy.Request{Key: "kit-joined-5-" + base, User: longUser + "-1", SKU: skuCSV}},
 		{"a long user with the same first 54 bytes, on the same SKU", strategy.Request{Key: "kit-joined-6-" + base, User: longUser + "-2", SKU: skuCSV}},
 	}
+	// The last is the CSV SKU's: released below. The joined pairs go first.
+	var joined []struct {
+		what string
+		req  strategy.Request
+	}
+	for _, j := range joins {
+		joined = append(joined, struct {
+			what string
+			req  strategy.Request
+		}{j.why + ": the holder", j.holder}, struct {
+			what string
+			req  strategy.Request
+		}{j.why + ": the asker", j.asker})
+	}
+	reqs = append(joined, reqs...)
 	for _, r := range reqs {
 		r.req.TTL = time.Hour
 		res, err := reserveUnlessBusy(ctx, node, r.req)
@@ -475,9 +533,45 @@ func checkJoinedText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[stra
 	for _, a := range list {
 		got[a.SKU] = true
 	}
-	if len(list) != 3 || !got[skuA] || !got[skuVIP] || !got[skuCSV] {
-		t.Errorf("Audit: %+v; want one row for each of %q, %q and %q", list, skuA, skuVIP, skuCSV)
+	if len(list) != len(stock) || !got[skuA] || !got[skuVIP] || !got[skuCSV] {
+		t.Errorf("Audit: %+v; want one row for each of %q, %q, %q and the %d SKUs joined to others", list, skuA, skuVIP, skuCSV, len(joins))
 	}
+	for _, j := range joins {
+		if !got[j.holder.SKU] {
+			t.Errorf("Audit: no row for SKU %q (%s)", j.holder.SKU, j.why)
+		}
+	}
+}
+
+// joinedPair is a holder and an asker whose user and SKU, joined by one
+// separator in one order, are the same text.
+type joinedPair struct {
+	why           string
+	holder, asker strategy.Request
+}
+
+// joinSeparators are what a per-user index or a Redis key puts between a
+// user and a SKU: the usual punctuation, a space, and nothing.
+var joinSeparators = []string{":", "|", "/", "#", ".", "-", "_", " ", ""}
+
+// joinedPairs are, for each of joinSeparators and each order, a holder of a
+// SKU and an asker of skuA whose user and SKU join into the holder's:
+// SKU-first, the holder (u, S+sep+x) and the asker (x+sep+u, S); user-first,
+// the holder (u, x+sep+S) and the asker (u+sep+x, S). Outsider round 48's
+// index on user_id || ':' || sku passed the SKU-first pair alone.
+func joinedPairs(skuA string) []joinedPair {
+	var out []joinedPair
+	for i, sep := range joinSeparators {
+		u, x := fmt.Sprintf("kit-j%d", i), fmt.Sprintf("x%d", i)
+		out = append(out,
+			joinedPair{fmt.Sprintf("sku %q user: %q and %q joined by %q", "S", "u", "x"+sep+"u", sep),
+				strategy.Request{Key: fmt.Sprintf("kit-joined-s%d-h-%s", i, skuA), User: u, SKU: skuA + sep + x},
+				strategy.Request{Key: fmt.Sprintf("kit-joined-s%d-a-%s", i, skuA), User: x + sep + u, SKU: skuA}},
+			joinedPair{fmt.Sprintf("user then sku: %q and %q joined by %q", "u", "u"+sep+"x", sep),
+				strategy.Request{Key: fmt.Sprintf("kit-joined-u%d-h-%s", i, skuA), User: u + "u", SKU: x + sep + skuA},
+				strategy.Request{Key: fmt.Sprintf("kit-joined-u%d-a-%s", i, skuA), User: u + "u" + sep + x, SKU: skuA}})
+	}
+	return out
 }
 
 // checkSKUsApart: two SKUs are two stocks, however alike their names. A

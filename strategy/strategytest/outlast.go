@@ -80,7 +80,7 @@ func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs ma
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), outlastAtMost+time.Minute)
 	defer cancel()
-	dep, sku := openOneSKU(ctx, t, meta, db, rs, name, 4)
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, name, 6)
 	defer dep.Close()
 	node := dep.Node(0)
 	// A reservation first, so that the strategy's reservation rows are
@@ -92,18 +92,28 @@ func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs ma
 		return strategy.Request{Key: fmt.Sprintf("kit-%s-%d-%s", name, i, sku), User: fmt.Sprintf("kit-%s-%d", name, i), SKU: sku, TTL: time.Hour}
 	}
 
-	// Four units: the first reservation, the attempt's and one for each
+	// Six units: the first reservation, the attempt's and one for each
 	// request queued, so that a SOLD_OUT is never the count's doing (a
 	// strategy that takes a unit for an attempt at once has one for each).
 	// Behind an attempt where the strategy has them: it holds the rows its
 	// reservation wrote and whatever the strategy locks outside them (an
-	// advisory lock); else behind every row of the database's tables. Two
-	// requests queue there: the second waits behind the first as well,
-	// for whatever the first holds while it waits (a lock in Redis).
+	// advisory lock); else behind every row of the database's tables.
+	// Requests queue there: each later one waits behind the first as well,
+	// for whatever the first holds while it waits (a lock in Redis). Behind
+	// an attempt, the first two are its key (another user's) and its user
+	// (another key): they wait on the key's and the user's unique entries
+	// even where new keys of new users wait for nothing (a claim that
+	// skips locked rows), and the attempt rolls back, so neither the key
+	// nor the user ever held anything (outsider round 48: a lock_timeout
+	// of 2 s answered USER_LIMIT passed every hold, which ended once the
+	// request was seen waiting).
 	if opener, ok := node.(strategy.SessionOpener); ok {
-		session, pids := holdInSession(ctx, t, opener, req(2), "an attempt held open on the SKU")
+		attempt := req(2)
+		session, pids := holdInSession(ctx, t, opener, attempt, "an attempt held open on the SKU")
 		defer func() { _ = session.Rollback(context.Background()) }()
-		outlastQueue(ctx, t, db, admin, node, []strategy.Request{req(3), req(4)}, "an attempt held open on the SKU", int32(pids[0]), hold, func() error { return session.Rollback(context.Background()) })
+		sameKey := strategy.Request{Key: attempt.Key, User: fmt.Sprintf("kit-%s-5", name), SKU: sku, TTL: time.Hour}
+		sameUser := strategy.Request{Key: fmt.Sprintf("kit-%s-6-%s", name, sku), User: attempt.User, SKU: sku, TTL: time.Hour}
+		outlastQueue(ctx, t, db, admin, node, []strategy.Request{sameKey, sameUser, req(3), req(4)}, "an attempt held open on the SKU (then rolled back)", int32(pids[0]), hold, func() error { return session.Rollback(context.Background()) })
 		return
 	}
 	tx, holder := holdAllRows(ctx, t, admin)
@@ -112,8 +122,11 @@ func waitBehindHold(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs ma
 }
 
 // outlastQueue sends the first request and, once it waits for holder (or
-// has answered), the second; it keeps holder for the hold, then lets go.
-// A SOLD_OUT answer is the failure.
+// has answered), the others; it keeps holder for the hold, then lets go.
+// Every request is new, or its key's and its user's only other request is
+// what holder rolls back, and the SKU has units: an answer that says the
+// request was tried and refused (SOLD_OUT, USER_LIMIT, KEY_REUSED, REPLAY)
+// is the failure.
 func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node strategy.Strategy, reqs []strategy.Request, behind string, holder int32, holdFor func() time.Duration, letGo func() error) {
 	t.Helper()
 	var box panicBox
@@ -150,14 +163,25 @@ func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node s
 	}
 	for i, done := range dones {
 		a := <-done
-		if a.err != nil || a.res.Outcome != strategy.OutcomeSoldOut {
+		if a.err != nil {
+			continue
+		}
+		var why string
+		switch a.res.Outcome {
+		case strategy.OutcomeSoldOut:
+			why = "that the SKU has no unit"
+		case strategy.OutcomeUserLimit:
+			why = "that its user holds the SKU"
+		case strategy.OutcomeKeyReused, strategy.OutcomeReplay:
+			why = "that its key is known"
+		default:
 			continue
 		}
 		how := "without a wait seen in PostgreSQL (a wait elsewhere, for a lock in Redis, ends when the strategy gives up)"
 		if waited {
 			how = fmt.Sprintf("after the first request was seen waiting for it (pg_blocking_pids), which held on for %s, %s", hold, map[bool]string{true: "before it let go", false: "after it let go"}[answeredInHold[i]])
 		}
-		t.Errorf("Reserve %q (new key and user, request %d of %d in the queue, units left) was answered SOLD_OUT behind %s %s: a request that gave up at a timeout of its own must answer BUSY or an error (unknown), not that the SKU has no unit (the longest timeout the strategy's queries set: %s)",
-			reqs[i].Key, i+1, len(reqs), behind, how, pgtest.LongestTimeoutSet(db))
+		t.Errorf("Reserve %q (user %q, request %d of %d in the queue, units left) was answered %s behind %s %s: a request that gave up at a timeout of its own must answer BUSY or an error (unknown), not %s (the longest timeout the strategy's queries set: %s)",
+			reqs[i].Key, reqs[i].User, i+1, len(reqs), a.res.Outcome, behind, how, why, pgtest.LongestTimeoutSet(db))
 	}
 }

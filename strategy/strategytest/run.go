@@ -355,7 +355,10 @@ type trial struct {
 	// loadFrom, when set, is the first request index t.load sends: the
 	// requests below it went out before (committimeout.go's lone request).
 	loadFrom int
-	hist     *History
+	// loadCancelsOdd, when set, makes t.load give up on its odd requests
+	// by cancelling their context at their timeout, not by a deadline.
+	loadCancelsOdd bool
+	hist           *History
 
 	facts   []Fact
 	varying []varyingCount

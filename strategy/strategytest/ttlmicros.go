@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -9,25 +10,30 @@ import (
 	"github.com/reservebench/reservebench/strategy"
 )
 
-// ttlStep is the difference between the two TTLs checkTTLMicroseconds
-// holds: under a millisecond, so that a TTL kept in whole milliseconds
-// loses it.
-const ttlStep = 999 * time.Microsecond
+// ttlSteps are what checkTTLMicroseconds adds to T for its three
+// reservations: under a millisecond apart, and placed so that any rounding
+// to whole milliseconds (down, to nearest, up, of the TTL or of the stored
+// expires_at) makes two neighbours equal.
+var ttlSteps = []time.Duration{time.Microsecond, 600 * time.Microsecond, 999 * time.Microsecond}
 
-// checkTTLMicroseconds: a TTL is kept to the microsecond. Two reservations
-// are made one after the other, TTL T and T + 999 µs (T a whole number of
-// seconds), in one attempt held open where the strategy has them, which
-// then commits; the second's stored expires_at must be at least 999 µs
-// after the first's, since each is its TTL after a moment inside its own
-// call and the second call came after the first (a microsecond is allowed
-// for each stamp's rounding). A strategy that keeps TTLs in whole
-// milliseconds (the HTTP API's ttl_ms) stores both T after the
-// transaction's start, and makes a TTL under a millisecond a reservation
-// due when it is made (outsider round 23's ttlms); every other TTL of the
-// kit is whole milliseconds, judged with 100 ms of slack or more. In one
-// attempt both calls share the transaction's start, so the check holds by
-// construction; two plain requests are judged the same way, and catch it
-// while the second begins within a millisecond of the first.
+// checkTTLMicroseconds: a TTL is kept to the microsecond. Three
+// reservations are made one after the other, TTL T plus each of ttlSteps
+// (T a whole number of seconds), in one attempt held open where the
+// strategy has them, which then commits; each one's stored expires_at must
+// be at least its TTL's difference from the one before after the one
+// before's, since each is its TTL after a moment inside its own call and
+// each call came after the one before (a microsecond is allowed for each
+// stamp's rounding). A strategy that keeps TTLs in whole milliseconds
+// (the HTTP API's ttl_ms) stores equal expires_at for two of them, and
+// makes a TTL under a millisecond a reservation due when it is made
+// (outsider round 23's ttlms); so does one that rounds the TTL to the
+// nearest millisecond, or stores expires_at as timestamptz(3) (outsider
+// round 48's m30 and m24, which passed the two TTLs 999 µs apart that this
+// check had: rounded, they are a millisecond apart). Every other TTL of
+// the kit is whole milliseconds, judged with 100 ms of slack or more. In
+// one attempt the calls share the transaction's start, so the check holds
+// by construction; plain requests are judged the same way, and catch it
+// while each begins within a millisecond of the one before.
 func checkTTLMicroseconds(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -35,9 +41,9 @@ func checkTTLMicroseconds(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 	dep, sku := openOneSKU(ctx, t, meta, db, rs, "ttl-micros", 4)
 	defer dep.Close()
 	node := dep.Node(0)
-	reqs := []strategy.Request{
-		{Key: "kit-ttl-micros-1-" + sku, User: "kit-ttl-micros-1", SKU: sku, TTL: time.Hour},
-		{Key: "kit-ttl-micros-2-" + sku, User: "kit-ttl-micros-2", SKU: sku, TTL: time.Hour + ttlStep},
+	var reqs []strategy.Request
+	for i, step := range ttlSteps {
+		reqs = append(reqs, strategy.Request{Key: fmt.Sprintf("kit-ttl-micros-%d-%s", i+1, sku), User: fmt.Sprintf("kit-ttl-micros-%d", i+1), SKU: sku, TTL: time.Hour + step})
 	}
 	how := "one after the other"
 	if opener, ok := node.(strategy.SessionOpener); ok {
@@ -60,7 +66,7 @@ func checkTTLMicroseconds(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 			holdForCheck(ctx, t, node, req)
 		}
 	}
-	var at [2]time.Time
+	at := make([]time.Time, len(reqs))
 	for i, req := range reqs {
 		r, err := node.Lookup(ctx, req.Key)
 		if err != nil || r.Status != strategy.StatusHeld {
@@ -68,8 +74,11 @@ func checkTTLMicroseconds(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map
 		}
 		at[i] = r.ExpiresAt
 	}
-	if gap := at[1].Sub(at[0]); gap < ttlStep-2*time.Microsecond {
-		t.Errorf("two reservations made %s, TTL %s and %s: stored expires_at %s apart; want at least %s (a TTL kept to the microsecond)",
-			how, reqs[0].TTL, reqs[1].TTL, gap, ttlStep-2*time.Microsecond)
+	for i := 1; i < len(reqs); i++ {
+		want := reqs[i].TTL - reqs[i-1].TTL - 2*time.Microsecond
+		if gap := at[i].Sub(at[i-1]); gap < want {
+			t.Errorf("reservations made %s, TTL %s and then %s: stored expires_at %s apart (%s and %s); want at least %s (a TTL kept to the microsecond)",
+				how, reqs[i-1].TTL, reqs[i].TTL, gap, at[i-1].Format(time.RFC3339Nano), at[i].Format(time.RFC3339Nano), want)
+		}
 	}
 }

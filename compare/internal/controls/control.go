@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -400,6 +401,49 @@ const (
 	// function for an operator's console and never revokes EXECUTE from
 	// PUBLIC: any role raises a SKU's total through it.
 	definerRestock
+	// keyLike: a key is looked up with request_key LIKE $1 ("= and LIKE
+	// are the same without wildcards"): a key with '_' or '%' that was
+	// never reserved reads the reservation of a key it matches.
+	keyLike
+	// replaySKUFolded: a known key sent again by its owner is REPLAY when
+	// its SKU matches the request's ignoring case (strings.EqualFold).
+	replaySKUFolded
+	// ownSKUFolded: Reserve takes a SKU as the deployment's when it
+	// matches one of them ignoring case.
+	ownSKUFolded
+	// limitByConcatUserFirst: the one-active-per-user index is on
+	// user_id || ':' || sku: user "u:x" asking for SKU "S" meets user "u"
+	// holding SKU "x:S".
+	limitByConcatUserFirst
+	// validateByRunes: a request's key, user and SKU are held to their
+	// limits in characters, not bytes (utf8.RuneCountInString).
+	validateByRunes
+	// validateNoControls: a request's text is checked for length, UTF-8
+	// and NUL, but not for the other control characters.
+	validateNoControls
+	// lockTimeoutUserLimit: the reservation runs with lock_timeout 2 s and
+	// answers a lock not granted in time (55P03) USER_LIMIT ("the index it
+	// waited on is the user's").
+	lockTimeoutUserLimit
+	// ttlRoundedMillis: the TTL is rounded to the nearest millisecond.
+	ttlRoundedMillis
+	// sessionStampsByAppClock: Reserve in an attempt held open stamps
+	// expires_at as the application's time.Now() plus the TTL.
+	sessionStampsByAppClock
+	// heldJobByAppClock: the expiry job held open (ExpirySession)
+	// compares expires_at with the application's time.Now(); the plain
+	// job keeps to now().
+	heldJobByAppClock
+	// cancelIsBusy: a Reserve whose context was cancelled answers BUSY
+	// ("the caller left before anything was decided"), also when its
+	// COMMIT was in flight.
+	cancelIsBusy
+	// releaseDeadlineZero: Release answers 0 when its deadline passed
+	// ("it did not get to run"); other errors are returned.
+	releaseDeadlineZero
+	// expireGiveUpZero: ExpireDue answers 0 units and no error when its
+	// context ended ("the next tick does it").
+	expireGiveUpZero
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -687,6 +731,37 @@ func (c *control) MakeDue(ctx context.Context, keys []string) (int, error) {
 	return int(tag.RowsAffected()), err
 }
 
+// validate is req.Validate(), or its text checks with the control's
+// mistake (validateByRunes, validateNoControls).
+func (c *control) validate(req strategy.Request) error {
+	if c.breaks != validateByRunes && c.breaks != validateNoControls {
+		return req.Validate()
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{{"key", req.Key, strategy.MaxKeyLen}, {"user", req.User, strategy.MaxUserLen}, {"sku", req.SKU, strategy.MaxSKULen}} {
+		n := len(f.v)
+		if c.breaks == validateByRunes {
+			n = utf8.RuneCountInString(f.v)
+		}
+		control := strings.ContainsFunc(f.v, func(r rune) bool { return r < 0x20 || r == 0x7f })
+		switch {
+		case f.v == "":
+			return &strategy.RequestError{Field: f.name, Reason: "missing"}
+		case n > f.max:
+			return &strategy.RequestError{Field: f.name, Reason: fmt.Sprintf("longer than %d", f.max)}
+		case !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0):
+			return &strategy.RequestError{Field: f.name, Reason: "not text"}
+		case control && c.breaks != validateNoControls:
+			return &strategy.RequestError{Field: f.name, Reason: "control character"}
+		}
+	}
+	ttlOnly := req
+	ttlOnly.Key, ttlOnly.User, ttlOnly.SKU = "k", "u", "s"
+	return ttlOnly.Validate()
+}
+
 // storable is strategy.Storable, or its NUL test alone under
 // storableNULOnly.
 func (c *control) storable(key string) bool {
@@ -745,6 +820,8 @@ func (c *control) lookupIn(ctx context.Context, q querier, key string) (strategy
 		where = dashFolded("request_key") + " = " + dashFolded("$1")
 	case keyUUIDFolded:
 		where = uuidFolded("request_key") + " = " + uuidFolded("$1::text")
+	case keyLike:
+		where = `request_key LIKE $1`
 	}
 	err := q.QueryRow(ctx, c.t.q(`SELECT request_key, user_id, sku, status, expires_at FROM {reservation} WHERE `+where+` ORDER BY reservation_id LIMIT 1`), key).
 		Scan(&r.Key, &r.User, &r.SKU, &r.Status, &r.ExpiresAt)
@@ -807,7 +884,7 @@ func (n *node) forgetSold(key string) {
 }
 
 func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := req.Validate(); err != nil {
+	if err := n.c.validate(req); err != nil {
 		return strategy.BadRequest(err)
 	}
 	if err := n.check(); err != nil {
@@ -829,6 +906,11 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		}
 	}
 	known := n.c.owns(req.SKU)
+	if n.c.breaks == ownSKUFolded {
+		for _, sku := range n.c.skus {
+			known = known || strings.EqualFold(sku, req.SKU)
+		}
+	}
 	if n.c.breaks == skuOfAnyDeployment {
 		if err := n.c.db.QueryRow(ctx, n.c.t.q(`SELECT EXISTS (SELECT 1 FROM {stock} WHERE sku = $1)`), req.SKU).Scan(&known); err != nil {
 			return strategy.Result{}, err
@@ -885,6 +967,11 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 				return err
 			}
 		}
+		if n.c.breaks == lockTimeoutUserLimit {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = n.c.reserveIn(ctx, tx, req)
 		return err
@@ -899,6 +986,12 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && (n.c.breaks == lockTimeoutSoldOut || n.c.breaks == lockTimeoutLongSoldOut) {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "the row is busy, so it must be gone"
 	}
+	if err != nil && n.c.breaks == cancelIsBusy && errors.Is(err, context.Canceled) {
+		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // "the caller left before anything was decided"
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" && n.c.breaks == lockTimeoutUserLimit {
+		return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil // "the index it waited on is the user's"
+	}
 	if n.c.breaks == deadlineSoldOut && errors.Is(err, context.DeadlineExceeded) && outer.Err() == nil {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	}
@@ -910,7 +1003,8 @@ func (n *node) reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 
 func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) strategy.Result {
 	ended := existing.Status == strategy.StatusReleased || existing.Status == strategy.StatusExpired
-	if (existing.User != req.User || existing.SKU != req.SKU) && !(c.breaks == endedKeyReplays && ended) {
+	sameSKU := existing.SKU == req.SKU || c.breaks == replaySKUFolded && strings.EqualFold(existing.SKU, req.SKU)
+	if (existing.User != req.User || !sameSKU) && !(c.breaks == endedKeyReplays && ended) {
 		return strategy.Result{Outcome: strategy.OutcomeKeyReused, Reservation: existing}
 	}
 	if c.breaks == replayIsHeld {
@@ -1013,8 +1107,15 @@ func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request
 	case ttlWholeSeconds:
 		insert = strings.Replace(insert, "$4::interval", "make_interval(secs => $4::bigint)", 1)
 		ttl = int64(req.TTL.Seconds())
+	case ttlRoundedMillis:
+		ttl = req.TTL.Round(time.Millisecond)
 	}
-	err = sp.QueryRow(ctx, c.t.q(insert), req.Key, req.User, req.SKU, ttl).Scan(&expires)
+	args := []any{req.Key, req.User, req.SKU, ttl}
+	if c.breaks == sessionStampsByAppClock && ctx.Value(inSession{}) != nil {
+		insert = strings.Replace(insert, "now() + $4::interval", "$5::timestamptz + $4::interval", 1)
+		args = append(args, time.Now())
+	}
+	err = sp.QueryRow(ctx, c.t.q(insert), args...).Scan(&expires)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "23505" && c.breaks == uniqueViolationIsLimit:
@@ -1212,7 +1313,7 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 	} else {
 		err = n.c.db.QueryRow(ctx, release, key, skus).Scan(&units)
 	}
-	if err != nil && n.c.breaks == releaseErrorZero {
+	if err != nil && (n.c.breaks == releaseErrorZero || n.c.breaks == releaseDeadlineZero && errors.Is(err, context.DeadlineExceeded)) {
 		return 0, nil
 	}
 	if units > 0 {
@@ -1236,6 +1337,9 @@ func (n *node) ExpireDue(ctx context.Context) (int, error) {
 		units, err = n.c.expireIn(ctx, tx, true)
 		return err
 	})
+	if err != nil && n.c.breaks == expireGiveUpZero && ctx.Err() != nil {
+		return 0, nil
+	}
 	if units > 0 {
 		n.c.soldOut.Clear() // soldOutFirst: a unit came back
 	}
@@ -1329,8 +1433,12 @@ func (c *control) expireIn(ctx context.Context, tx pgx.Tx, simulateDeath bool) (
 	case expireByAppClock:
 		due = `$2::timestamptz`
 	}
+	appClock := c.breaks == expireByAppClock || c.breaks == heldJobByAppClock && ctx.Value(inSession{}) != nil
+	if appClock {
+		due = `$2::timestamptz`
+	}
 	args := []any{c.skus}
-	if c.breaks == expireByAppClock {
+	if appClock {
 		args = append(args, time.Now())
 	}
 	batch := ""

@@ -48,10 +48,15 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 
 func (s *session) Backends() []uint32 { return []uint32{s.conn.Conn().PgConn().PID()} }
 
+// inSession marks the context of a call made in an attempt or an expiry
+// job held open, for the mistakes that are made there alone.
+type inSession struct{}
+
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
-	if err := req.Validate(); err != nil {
+	if err := s.c.validate(req); err != nil {
 		return strategy.BadRequest(err)
 	}
+	ctx = context.WithValue(ctx, inSession{}, true)
 	if !s.c.owns(req.SKU) && s.c.breaks != sessionAnySKU {
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	}
@@ -71,7 +76,7 @@ func (s *session) ExpireDue(ctx context.Context) (int, error) {
 	if s.done {
 		return 0, strategy.ErrSessionEnded
 	}
-	return s.c.expireIn(ctx, s.tx, false)
+	return s.c.expireIn(context.WithValue(ctx, inSession{}, true), s.tx, false)
 }
 
 func (s *session) Commit(ctx context.Context) error {

@@ -83,6 +83,8 @@ func createSchema(ctx context.Context, tx pgx.Tx, s spec, tb tables) error {
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, user_id)`
 	case limitByConcat:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} ((sku || ':' || user_id)) WHERE status IN ('HELD','CONFIRMED')`
+	case limitByConcatUserFirst:
+		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} ((user_id || ':' || sku)) WHERE status IN ('HELD','CONFIRMED')`
 	case userAliasFolded:
 		oneActive = `CREATE UNIQUE INDEX {reservation}_one_active ON {reservation} (sku, (CASE WHEN user_id ~ '^[^@]+@[^@]+$'
 			THEN lower(regexp_replace(split_part(user_id, '@', 1), '[+].*$', '')) || '@' || lower(split_part(user_id, '@', 2))
