@@ -51,6 +51,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		name  string          // what Env.Checks and a control's expectation call it
 	}
 	var behind conflictBehind
+	var refused outlastRefusals
 	var jump redisJump
 	var keyLost redisKeyLost
 	var fresh freshDatabase
@@ -241,10 +242,12 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		// scenario told to stop at its first violation (StopOnViolation)
 		// without Env.Checks does not pay for them when a cheap check
 		// has already failed.
-		{"a request that waits behind an attempt held open on its SKU, its key or its user, which then rolls back (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY while its SKU has units: a strategy that gives up answers BUSY or unknown",
-			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts"},
-		{"a request whose statement the server cancels (a statement_timeout of 400 ms a DBA set for the role) while it waits behind an attempt held open on its SKU, its key or its user (without sessions: behind rows another transaction holds) is not answered SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY while its SKU has units",
-			func(r tester) { checkServerCancelsWait(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkServerCancelsWait"},
+		{"a request that waits behind an attempt held open on its SKU, its key or its user, which then rolls back (without sessions: behind rows another transaction holds), longer than any lock or statement timeout the strategy set (at least 6 s), is not answered SOLD_OUT while its SKU has units: a strategy that gives up answers BUSY or unknown",
+			func(r tester) { checkWaitOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs, &refused) }, strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts"},
+		{"a request whose statement the server cancels (a statement_timeout of 400 ms a DBA set for the role) while it waits behind an attempt held open on its SKU, its key or its user (without sessions: behind rows another transaction holds) is not answered SOLD_OUT while its SKU has units",
+			func(r tester) { checkServerCancelsWait(r, t.env.Meta, t.env.DB, t.env.Admin, rs, &refused) }, strategy.NoPhantomSoldOut, "checkServerCancelsWait"},
+		{"nor is a request behind those holds answered USER_LIMIT, KEY_REUSED or REPLAY: its key and its user held nothing but the attempt that rolled back",
+			refused.report, Base, "checkOutlastRefusals"},
 		{"a resend of a request that waits behind its user's attempt held open, longer than any timeout the strategy set and at least 6 s, is answered as one request with the first: REPLAY when the first holds, never SOLD_OUT",
 			func(r tester) { checkResendOutlastsTimeouts(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkResendOutlastsTimeouts"},
 		{"a Confirm and a Release of HELD reservations whose rows another transaction holds for at least 6 s (and past any timeout the strategy set), which then rolls back, move them, or give up with an error: never false or 0",

@@ -176,13 +176,31 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 				req.Key, other, skus[si], res.Outcome, err)
 		}
 	}
-	for _, sku := range []string{strings.ToUpper(skus[0]), " " + skus[0]} {
-		req := strategy.Request{Key: "kit-unknown-sku-" + base, User: "kit-user-unknown-sku", SKU: sku, TTL: time.Hour}
+	// Another deployment sells them, so a strategy that folds its own
+	// SKUs finds stock to sell (outsider round 47's m03 sold that
+	// deployment's unit; with no stock anywhere, a foreign key refused it).
+	others := []string{strings.ToUpper(skus[0]), " " + skus[0]}
+	other, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: others[0], Total: 1}, {SKU: others[1], Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open of another deployment with SKUs %q and %q: %v", others[0], others[1], err)
+	}
+	defer other.Close()
+	for i, sku := range others {
+		req := strategy.Request{Key: fmt.Sprintf("kit-other-sku-%d-%s", i, base), User: "kit-user-other-sku", SKU: sku, TTL: time.Hour}
 		res, err := node.Reserve(ctx, req)
 		var rerr *strategy.RequestError
 		if res.Outcome != strategy.OutcomeBadRequest || !errors.As(err, &rerr) || rerr.Field != "sku" {
-			t.Errorf("Reserve for sku %q, which no deployment sells (the deployment's %q differs from it only in case or a leading space): %s, %v; want BAD_REQUEST naming the sku",
+			t.Errorf("Reserve for sku %q, another deployment's (this one's %q differs from it only in case or a leading space): %s, %v; want BAD_REQUEST naming the sku",
 				sku, skus[0], res.Outcome, err)
+		}
+	}
+	if list, err := other.Audit(ctx); err != nil {
+		t.Fatalf("Audit of the other deployment: %v", err)
+	} else {
+		for _, a := range list {
+			if a.Available != a.Total || a.Active != 0 {
+				t.Errorf("Audit of the other deployment's sku %q: total %d, available %d, active %d; want nothing sold (requests for it went to a deployment that does not sell it)", a.SKU, a.Total, a.Available, a.Active)
+			}
 		}
 	}
 	// Every SKU is sold out now. A strategy that reads why a request was

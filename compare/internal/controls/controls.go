@@ -503,7 +503,7 @@ var specs = []spec{
 		expect: expect("bad-input", contract)},
 	{name: "ctl-lock-timeout-user-limit", cs: "C28-14", b: lockTimeoutUserLimit, claims: claimsOfA,
 		breaks: "reserves with lock_timeout 2 s and answers a lock not granted in time USER_LIMIT: a request that waited on the key or the user of an attempt that then rolled back is refused for a limit nobody reached (outsider round 48)",
-		expect: inContract(strategy.NoPhantomSoldOut, "checkWaitOutlastsTimeouts")},
+		expect: inContractAfter(contract, "checkOutlastRefusals", "checkWaitOutlastsTimeouts")},
 	{name: "ctl-ttl-rounded-millis", cs: "new", b: ttlRoundedMillis, claims: claimsOfA,
 		breaks: "the TTL is rounded to the nearest millisecond: a reservation is held up to half a millisecond longer or shorter than asked (outsider round 48)",
 		expect: inContract(contract, "checkTTLMicroseconds")},
