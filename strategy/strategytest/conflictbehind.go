@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,8 +29,7 @@ import (
 // and judges the answers (the contract); audit then judges the stock
 // (conserves).
 type conflictBehind struct {
-	ran      bool
-	auditErr []string
+	audited laterVerdict
 }
 
 // conflictCase is one case of conflictBehind: held is the attempt's
@@ -117,17 +115,17 @@ func (c *conflictBehind) run(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 			}
 		}
 	}
-	c.ran = true
+	c.audited.ran = true
 	list, err := dep.Audit(ctx)
 	if err != nil {
-		c.auditErr = append(c.auditErr, fmt.Sprintf("Audit: %v", err))
+		c.audited.failf("Audit: %v", err)
 		return
 	}
 	for _, st := range list {
 		want := heldByRequest[st.SKU]
 		if st.Drift() != 0 || st.Active != want {
-			c.auditErr = append(c.auditErr, fmt.Sprintf("audit of %s: total %d, available %d, active %d; want %d active and drift 0 (a request that met a committed conflict took a unit it did not keep)",
-				st.SKU, st.Total, st.Available, st.Active, want))
+			c.audited.failf("audit of %s: total %d, available %d, active %d; want %d active and drift 0 (a request that met a committed conflict took a unit it did not keep)",
+				st.SKU, st.Total, st.Available, st.Active, want)
 		}
 	}
 }
@@ -217,10 +215,5 @@ func conflictBehindOne(ctx context.Context, t tester, dep strategy.Deployment, o
 // audit reports what run found in the stock.
 func (c *conflictBehind) audit(t tester) {
 	t.Helper()
-	if !c.ran {
-		t.Skip("the requests behind a conflict that commits did not run")
-	}
-	if len(c.auditErr) > 0 {
-		t.Errorf("%s", strings.Join(c.auditErr, "; "))
-	}
+	c.audited.judge(t, "the requests behind a conflict that commits did not run")
 }

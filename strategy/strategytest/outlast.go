@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,21 +53,13 @@ func checkWaitOutlastsTimeouts(t tester, meta strategy.Meta, db, admin *pgxpool.
 // the contract itself, where a SOLD_OUT is a phantom sold-out, which a
 // strategy may not claim to avoid (slotrows; outsider round 48's
 // lock_timeout answered USER_LIMIT passed as that strategy's boundary).
-type outlastRefusals struct {
-	ran  bool
-	errs []string
-}
+type outlastRefusals struct{ laterVerdict }
 
 // report is the check of checkOutlastRefusals: it judges what the two
 // holds found.
 func (o *outlastRefusals) report(t tester) {
 	t.Helper()
-	if !o.ran {
-		t.Skip("no request waited behind a hold (checkWaitOutlastsTimeouts and checkServerCancelsWait did not run)")
-	}
-	if len(o.errs) > 0 {
-		t.Errorf("%s", strings.Join(o.errs, "; "))
-	}
+	o.judge(t, "no request waited behind a hold (checkWaitOutlastsTimeouts and checkServerCancelsWait did not run)")
 }
 
 // serverStatementTimeout is the statement_timeout of checkServerCancelsWait's
@@ -211,7 +202,7 @@ func outlastQueue(ctx context.Context, t tester, db, admin *pgxpool.Pool, node s
 		if a.res.Outcome == strategy.OutcomeSoldOut {
 			t.Errorf("%s", msg)
 		} else {
-			refused.errs = append(refused.errs, msg)
+			refused.failf("%s", msg)
 		}
 	}
 }
