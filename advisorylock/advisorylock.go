@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,6 +106,16 @@ type Options struct {
 	// to read anything else"), so a request whose key took the last unit,
 	// or another user's request for that key, is told SOLD_OUT.
 	SoldOutBeforeKey bool
+	// BigSKUNoLock is a deliberate mistake, for the negative controls of
+	// table 28-1 only: a plain request for a SKU of 1,000 units or more
+	// takes no lock ("nobody races for the last of a thousand"), so it
+	// counts the last unit as free while an attempt held open has it.
+	BigSKUNoLock bool
+	// RestartLockApart is a deliberate mistake, for the negative controls
+	// of table 28-1 only: a node started by Restart takes its SKU locks in
+	// a namespace of its own ("nothing its dead predecessor may still hold
+	// can block it"), so it never waits for the other nodes.
+	RestartLockApart bool
 }
 
 // isolation is the level the transactions begin at.
@@ -246,8 +257,9 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		}
 		d.lockSQL = "SELECT pg_advisory_xact_lock(7283, array_position(ARRAY[" + strings.Join(quoted, ",") + "]::text[], $1))"
 	}
+	var started atomic.Int32
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
-		return &node{Handle: h, d: d}
+		return &node{Handle: h, d: d, restarted: int(started.Add(1)) > cfg.NodeCount()}
 	})
 	return d
 }
@@ -308,7 +320,20 @@ func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
 
 type node struct {
 	*pgstrategy.Handle
-	d *Deployment
+	d         *Deployment
+	restarted bool // started by Restart (Options.RestartLockApart)
+}
+
+// lockSQL is the deployment's lock statement, or the one a mistake of
+// Options gives this node for sku.
+func (n *node) lockSQL(sku string) string {
+	switch {
+	case n.d.opts.RestartLockApart && n.restarted:
+		return `SELECT pg_advisory_xact_lock(7284, hashtext($1))`
+	case n.d.opts.BigSKUNoLock && n.d.owns[sku] >= 1000:
+		return `SELECT 1 WHERE $1::text IS NOT NULL`
+	}
+	return n.d.lockSQL
 }
 
 func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
@@ -322,7 +347,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	// and a default of REPEATABLE READ would count from before the wait.
 	err := pgx.BeginTxFunc(ctx, n.d.db, pgx.TxOptions{IsoLevel: n.d.opts.isolation()}, func(tx pgx.Tx) error {
 		var err error
-		res, err = reserveIn(ctx, tx, req, n.d.lockSQL, n.d.opts)
+		res, err = reserveIn(ctx, tx, req, n.lockSQL(req.SKU), n.d.opts)
 		if errors.Is(err, strategy.ErrBadRequest) {
 			badReq = err
 			return err // roll back
@@ -463,6 +488,7 @@ func expireIn(ctx context.Context, db execer, skus []string) (int, error) {
 type session struct {
 	*pgstrategy.Tx
 	d      *Deployment
+	node   *node
 	locked bool // an attempt took its lock (Options.LockFirstAttemptOnly)
 }
 
@@ -483,7 +509,7 @@ func (n *node) openSession(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &session{Tx: tx, d: n.d}, nil
+	return &session{Tx: tx, d: n.d, node: n}, nil
 }
 
 func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.Result, error) {
@@ -491,6 +517,9 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		return strategy.BadRequest(err)
 	}
 	lockSQL := s.d.lockSQL
+	if s.d.opts.RestartLockApart && s.node.restarted {
+		lockSQL = s.node.lockSQL(req.SKU)
+	}
 	if s.d.opts.SessionLockApart {
 		lockSQL = `SELECT pg_advisory_xact_lock(hashtext($1))`
 	}

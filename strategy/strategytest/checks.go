@@ -178,17 +178,33 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 			t.Errorf("Close of the attached deployment: %v", err)
 		}
 		checkAudit("after another deployment attached", 4, 1)
-		if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
+		// The SKU at fault comes second, after one that attaches (outsider
+		// round 50: an Attach that checked the first SKU alone passed).
+		if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: 5}, {SKU: kitSKU("never-loaded"), Total: 1}}}); err == nil {
 			_ = d.Close()
-			t.Errorf("Attach over a SKU that has no stock: no error, want strategy.ErrConfig")
+			t.Errorf("Attach over a SKU that has no stock (after one that has): no error, want strategy.ErrConfig")
 		} else if !errors.Is(err, strategy.ErrConfig) {
-			t.Errorf("Attach over a SKU that has no stock: %v, want strategy.ErrConfig", err)
+			t.Errorf("Attach over a SKU that has no stock (after one that has): %v, want strategy.ErrConfig", err)
 		}
-		if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 6}, {SKU: sku + "-b", Total: 0}}}); err == nil {
-			_ = d.Close()
-			t.Errorf("Attach with another total than the stock was loaded with: no error, want strategy.ErrConfig")
-		} else if !errors.Is(err, strategy.ErrConfig) {
-			t.Errorf("Attach with another total: %v, want strategy.ErrConfig", err)
+		// Another total, more or less (outsider round 49: an Attach that
+		// refused only a larger one passed), and every config Open refuses
+		// (round 49: an Attach that checked the totals but not the config
+		// itself attached with a SKU listed twice, or negative nodes).
+		for _, total := range []int{6, 4} {
+			if d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku + "-b", Total: 0}, {SKU: sku, Total: total}}}); err == nil {
+				_ = d.Close()
+				t.Errorf("Attach with total %d, where the stock was loaded with 5: no error, want strategy.ErrConfig", total)
+			} else if !errors.Is(err, strategy.ErrConfig) {
+				t.Errorf("Attach with total %d, where the stock was loaded with 5: %v, want strategy.ErrConfig", total, err)
+			}
+		}
+		for name, cfg := range bad {
+			if d, err := meta.Attach(ctx, cfg); err == nil {
+				_ = d.Close()
+				t.Errorf("Attach with %s: no error, want one matching strategy.ErrConfig", name)
+			} else if !errors.Is(err, strategy.ErrConfig) {
+				t.Errorf("Attach with %s: %v, want an error matching strategy.ErrConfig", name, err)
+			}
 		}
 	} else {
 		t.Logf("strategy does not set Meta.Attach: kill-release and kill-reserve are not applicable")

@@ -2,10 +2,12 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -35,6 +37,7 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	attachToEmpty(ctx, t, meta, admin, rs)
 	cfg, drop := emptyDatabase(ctx, t, admin, "kit_first_open", "concurrent first Opens are")
 	defer drop()
 	name := cfg.ConnConfig.Database
@@ -107,5 +110,45 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d of %d first Opens at once on an empty database failed (the schema must be created under a lock, or safely against itself): %s", len(failed), firstOpens, strings.Join(failed, "; "))
+	}
+}
+
+// attachToEmpty: an Attach to a database where no deployment was ever
+// opened is refused with ErrConfig, as one over a SKU without stock is: it
+// has nothing to serve from (outsider round 49's m23 started anyway, "the
+// loader has not run yet", and failed every call after). Its own empty
+// database, so that an Attach that makes the schema does not make it for
+// the first Opens.
+func attachToEmpty(ctx context.Context, t tester, meta strategy.Meta, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	if meta.Attach == nil {
+		return
+	}
+	cfg, drop := emptyDatabase(ctx, t, admin, "kit_attach_empty", "an Attach to an empty database is")
+	defer drop()
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect to the empty database: %v", err)
+	}
+	defer db.Close()
+	d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU("attach-empty"), Total: 1}}})
+	if err == nil {
+		_ = d.Close()
+		t.Errorf("Attach to a database where nothing was opened: no error, want strategy.ErrConfig")
+	} else if !errors.Is(err, strategy.ErrConfig) {
+		t.Errorf("Attach to a database where nothing was opened: %v, want strategy.ErrConfig", err)
+	}
+	// Refused, it wrote nothing there, its schema neither (outsider round
+	// 50: an Attach that ran its CREATE TABLEs before it looked for stock).
+	var tables []string
+	rows, err := db.Query(ctx, `SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace ORDER BY relname`)
+	if err == nil {
+		tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatalf("list what the Attach left in the empty database: %v", err)
+	}
+	if len(tables) > 0 {
+		t.Errorf("an Attach to a database where nothing was opened left %s there; want nothing written (Open makes the schema)", strings.Join(tables, ", "))
 	}
 }

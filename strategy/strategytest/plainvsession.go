@@ -20,6 +20,41 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	t.Helper()
 	plainBesideSession(t, meta, db, admin, rs, false)
 	plainBesideSession(t, meta, db, admin, rs, true)
+	plainBesideRestartedSession(t, meta, db, admin, rs)
+}
+
+// plainBesideRestartedSession: the same across a restart. On a deployment
+// of two nodes, node 0 restarts, an attempt held open on it takes the last
+// unit, and a plain request goes through node 1: a restarted node must take
+// the locks the others take (outsider round 49's m21 locked in a namespace
+// of its own after each restart, and no check raced a restarted node for a
+// last unit).
+func plainBesideRestartedSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sku := kitSKU("plain-restarted")
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	r, restarts := dep.(strategy.Restarter)
+	if !restarts {
+		return
+	}
+	if err := r.Restart(ctx, 0); err != nil {
+		t.Fatalf("Restart of node 0: %v", err)
+	}
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-plain-restarted-held-" + sku, User: "kit-plain-restarted-a", SKU: sku, TTL: time.Hour},
+		"Session.Reserve of the only unit on node 0, restarted")
+	defer func() { _ = s.Rollback(ctx) }()
+	plainBesideHeldSession(ctx, t, admin, dep, s, backends, dep.Node(1), strategy.Request{Key: "kit-plain-restarted-plain-" + sku, User: "kit-plain-restarted-b", SKU: sku, TTL: time.Hour},
+		"an attempt held open on node 0, restarted, the plain request on node 1")
 }
 
 // plainBesideSession is one pass of checkPlainBesideSession. With cart, the
@@ -62,9 +97,18 @@ func plainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 		s, backends = holdInSession(ctx, t, opener, held, "Session.Reserve of the only unit")
 	}
 	defer func() { _ = s.Rollback(ctx) }()
+	plainBesideHeldSession(ctx, t, admin, dep, s, backends, dep.Node(0), strategy.Request{Key: "kit-plain-session-plain-" + sku, User: "kit-plain-session-b", SKU: sku, TTL: time.Hour}, what)
+}
+
+// plainBesideHeldSession sends plain through node while session s (its
+// backends) holds the last unit of plain's SKU: plain is blocked or
+// answers without the unit, and once s commits the deployment's audit has
+// no SKU over its total.
+func plainBesideHeldSession(ctx context.Context, t tester, admin *pgxpool.Pool, dep strategy.Deployment, s strategy.Session, backends []uint32, node strategy.Strategy, plain strategy.Request, what string) {
+	t.Helper()
 	var box panicBox
 	defer box.rethrow()
-	done := reserveAsync(ctx, &box, dep.Node(0), strategy.Request{Key: "kit-plain-session-plain-" + sku, User: "kit-plain-session-b", SKU: sku, TTL: time.Hour})
+	done := reserveAsync(ctx, &box, node, plain)
 	// The plain request answers, or is seen blocked behind the session in
 	// the lock table.
 	waited, err := awaitAnswerOrBlocked(ctx, admin, int32(backends[0]), done)
@@ -90,12 +134,12 @@ func plainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 		}
 	}
 	list, err := dep.Audit(ctx)
-	if err != nil || len(list) != len(stock) {
-		t.Fatalf("Audit: %+v, %v", list, err)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
 	}
 	for _, a := range list {
 		if a.Active > a.Total || a.Drift() != 0 {
-			t.Errorf("audit after a plain Reserve beside %s on the last unit: %+v; want at most 1 active, drift 0", what, a)
+			t.Errorf("audit after a plain Reserve beside %s on the last unit: %+v; want no more active than the total, drift 0", what, a)
 		}
 	}
 }

@@ -33,5 +33,13 @@ func advisorylockMistakes() []Control {
 			"ctl-sold-out-before-key", "advisorylock with one mistake", "new",
 			"under the SKU's lock the count comes first: a SKU with no unit left is SOLD_OUT before the key is looked up, so another user's request for the key that took the last unit, having waited behind it, is told SOLD_OUT, not KEY_REUSED (outsider round 44's ctr8)",
 			inContract(contract, "checkKeyBehindLastUnit")),
+		fromStrategy(advisorylock.New(advisorylock.Options{BigSKUNoLock: true}),
+			"ctl-big-sku-no-lock", "advisorylock with one mistake", "new",
+			"a plain request for a SKU of 1,000 units or more takes no lock (\"nobody races for the last of a thousand\"): beside an attempt held open on the last unit it counts the unit as free and sells it again (outsider round 49's m19)",
+			inContract(contract, "checkExpireAllDue")),
+		fromStrategy(advisorylock.New(advisorylock.Options{RestartLockApart: true}),
+			"ctl-restart-lock-apart", "advisorylock with one mistake", "C28-15",
+			"a node started by Restart takes its SKU locks in a namespace of its own: an attempt held open on it and a plain request on another node both take the last unit (outsider round 49's m21)",
+			inContract(strategy.NoOversell, "checkPlainBesideSession")),
 	}
 }

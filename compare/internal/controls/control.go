@@ -444,6 +444,29 @@ const (
 	// expireGiveUpZero: ExpireDue answers 0 units and no error when its
 	// context ended ("the next tick does it").
 	expireGiveUpZero
+	// attachSkipsValidate: Attach compares the configured totals with the
+	// stored ones and nothing else: a SKU listed twice, negative nodes or
+	// shares that do not sum up are attached.
+	attachSkipsValidate
+	// attachAllowsLess: Attach refuses a configured total only when it is
+	// more than the stored one ("a smaller config sells less, so it is
+	// safe").
+	attachAllowsLess
+	// attachWithoutTables: Attach to a database without the strategy's
+	// tables starts anyway ("the loader has not run yet").
+	attachWithoutTables
+	// endedKeySoldOut: the reserve path first looks the key up among active
+	// reservations, then answers SOLD_OUT when the SKU has no unit, before
+	// its insert would meet the key: an ended key resent on a sold-out SKU
+	// is SOLD_OUT.
+	endedKeySoldOut
+	// attachFirstSKUOnly: Attach checks the first SKU of its config against
+	// the stock, and trusts the rest.
+	attachFirstSKUOnly
+	// attachMakesSchema: Attach makes the schema (CREATE TABLE IF NOT
+	// EXISTS) before it looks for the stock, so an Attach to a database
+	// where nothing was opened leaves tables behind though it is refused.
+	attachMakesSchema
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -552,21 +575,41 @@ func open(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment
 }
 
 func attach(ctx context.Context, s spec, cfg strategy.Config) (strategy.Deployment, error) {
-	if err := cfg.Validate(); err != nil {
+	if s.b == attachSkipsValidate {
+		if cfg.DB == nil || len(cfg.Stock) == 0 {
+			return nil, fmt.Errorf("%w: attach: no database or no stock", strategy.ErrConfig)
+		}
+	} else if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	tb := tablesOf(s.name)
+	if s.b == attachMakesSchema {
+		if err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error { return createSchema(ctx, tx, s, tb) }); err != nil {
+			return nil, err
+		}
+	}
+	checked := cfg
+	if s.b == attachFirstSKUOnly {
+		checked.Stock = cfg.Stock[:1]
+	}
+	same := `s.total = c.total`
+	if s.b == attachAllowsLess {
+		same = `s.total >= c.total`
+	}
 	var n int
-	if err := cfg.DB.QueryRow(ctx, tb.q(`SELECT count(*) FROM {stock} s JOIN unnest($1::text[], $2::int[]) AS c (sku, total) USING (sku) WHERE s.total = c.total`),
-		cfg.SKUs(), totals(cfg)).Scan(&n); err != nil {
+	if err := cfg.DB.QueryRow(ctx, tb.q(`SELECT count(*) FROM {stock} s JOIN unnest($1::text[], $2::int[]) AS c (sku, total) USING (sku) WHERE `+same),
+		checked.SKUs(), totals(checked)).Scan(&n); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			if s.b == attachWithoutTables {
+				return newControl(s, cfg), nil // "the loader has not run yet"
+			}
 			return nil, fmt.Errorf("%w: attach: no schema", strategy.ErrConfig)
 		}
 		return nil, err
 	}
-	if n != len(cfg.Stock) {
-		return nil, fmt.Errorf("%w: attach: %d of %d SKUs have that stock", strategy.ErrConfig, n, len(cfg.Stock))
+	if n != len(checked.Stock) {
+		return nil, fmt.Errorf("%w: attach: %d of %d SKUs have that stock", strategy.ErrConfig, n, len(checked.Stock))
 	}
 	if s.b == attachRecounts {
 		for _, sku := range cfg.SKUs() {
@@ -1016,6 +1059,16 @@ func (c *control) knownKey(req strategy.Request, existing strategy.Reservation) 
 // reserveIn is strategy A's reservation (savepoint, insert the key, take
 // the unit) with the control's mistake, if it is in this path.
 func (c *control) reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+	if c.breaks == endedKeySoldOut {
+		var active, unitLeft bool
+		if err := tx.QueryRow(ctx, c.t.q(`SELECT EXISTS (SELECT 1 FROM {reservation} WHERE request_key = $1 AND status IN ('HELD','CONFIRMED')),
+			EXISTS (SELECT 1 FROM {stock} WHERE sku = $2 AND available > 0)`), req.Key, req.SKU).Scan(&active, &unitLeft); err != nil {
+			return strategy.Result{}, err
+		}
+		if !active && !unitLeft {
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+		}
+	}
 	if c.breaks == cartCap {
 		var n int
 		if err := tx.QueryRow(ctx, c.t.q(`SELECT count(*) FROM {reservation} WHERE user_id = $1 AND request_key <> $2 AND status IN ('HELD','CONFIRMED')`),
