@@ -57,6 +57,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,6 +117,16 @@ type Options struct {
 	// a namespace of its own ("nothing its dead predecessor may still hold
 	// can block it"), so it never waits for the other nodes.
 	RestartLockApart bool
+	// DeadlockSoldOut is a deliberate mistake, for the negative controls of
+	// table 28-1 only: an attempt held open that PostgreSQL ends as a
+	// deadlock's victim (40P01) answers SOLD_OUT ("it lost the race").
+	DeadlockSoldOut bool
+	// SessionServerDefaultIsolation is a deliberate mistake, for the
+	// negative controls of table 28-1 only: attempts held open begin at
+	// the server's default level (the plain path names READ COMMITTED), so
+	// under a default of REPEATABLE READ an attempt counts a SKU from its
+	// first statement's snapshot, before a unit of it was sold elsewhere.
+	SessionServerDefaultIsolation bool
 }
 
 // isolation is the level the transactions begin at.
@@ -505,7 +516,11 @@ func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, e
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	tx, err := n.BeginTx(ctx, n.d.db, Name, n.d.opts.isolation(), pgstrategy.TxHooks{})
+	iso := n.d.opts.isolation()
+	if n.d.opts.SessionServerDefaultIsolation {
+		iso = ""
+	}
+	tx, err := n.BeginTx(ctx, n.d.db, Name, iso, pgstrategy.TxHooks{})
 	if err != nil {
 		return nil, err
 	}
@@ -527,6 +542,9 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		lockSQL = `SELECT 1 WHERE $1::text IS NOT NULL`
 	}
 	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL, s.d.opts) })
+	if pgErr := (*pgconn.PgError)(nil); s.d.opts.DeadlockSoldOut && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DeadlockDetected {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "it lost the race"
+	}
 	s.locked = s.locked || err == nil
 	return res, err
 }

@@ -21,6 +21,67 @@ func checkPlainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	plainBesideSession(t, meta, db, admin, rs, false)
 	plainBesideSession(t, meta, db, admin, rs, true)
 	plainBesideRestartedSession(t, meta, db, admin, rs)
+	sessionAfterPlainTookLast(t, meta, db, admin, rs)
+}
+
+// sessionAfterPlainTookLast: an attempt held open reserves a unit of SKU
+// A; then a plain request takes the only unit of SKU B and commits; then
+// the attempt asks for B, whose unit is gone: not HELD, and once the
+// attempt commits B has one reservation. An attempt that counts from a
+// snapshot taken at its first statement (REPEATABLE READ, here where it is
+// the database's default and the attempt does not name its level) sells B
+// again (outsider round 49's m02: every other wait of an attempt on that
+// database was its first statement's).
+func sessionAfterPlainTookLast(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	skuA := kitSKU("session-after-plain")
+	skuB := skuA + "-b"
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skuA, Total: 1}, {SKU: skuB, Total: 1}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-session-after-a-" + skuA, User: "kit-session-after-a", SKU: skuA, TTL: time.Hour},
+		"Session.Reserve of the only unit of the first SKU")
+	defer func() { _ = s.Rollback(ctx) }()
+	var box panicBox
+	defer box.rethrow()
+	done := reserveAsync(ctx, &box, dep.Node(0), strategy.Request{Key: "kit-session-after-plain-" + skuA, User: "kit-session-after-plain", SKU: skuB, TTL: time.Hour})
+	waited, err := awaitAnswerOrBlocked(ctx, admin, int32(backends[0]), done)
+	if err != nil {
+		t.Fatalf("read the lock waits: %v", err)
+	}
+	if waited {
+		return // the plain request waits for the attempt: it cannot sell B before the attempt asks
+	}
+	if a := <-done; a.err != nil || a.res.Outcome != strategy.OutcomeHeld {
+		return // B was not sold: nothing to judge
+	}
+	res, err := s.Reserve(ctx, strategy.Request{Key: "kit-session-after-b-" + skuA, User: "kit-session-after-b", SKU: skuB, TTL: time.Hour})
+	if err == nil && res.Outcome == strategy.OutcomeHeld {
+		t.Errorf("an attempt held open, after its first reservation, asked for the only unit of another SKU, which a plain request had taken and committed since: HELD; want it refused (the attempt counted from before that commit)")
+	}
+	if err != nil {
+		return // the attempt is over
+	}
+	if err := s.Commit(ctx); err != nil {
+		return
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, a := range list {
+		if a.Active > a.Total || a.Drift() != 0 {
+			t.Errorf("audit after an attempt held open asked for a unit a plain request had taken since its first reservation: %+v; want no more active than the total, drift 0", a)
+		}
+	}
 }
 
 // plainBesideRestartedSession: the same across a restart. On a deployment

@@ -41,5 +41,13 @@ func advisorylockMistakes() []Control {
 			"ctl-restart-lock-apart", "advisorylock with one mistake", "C28-15",
 			"a node started by Restart takes its SKU locks in a namespace of its own: an attempt held open on it and a plain request on another node both take the last unit (outsider round 49's m21)",
 			inContract(strategy.NoOversell, "checkPlainBesideSession")),
+		fromStrategy(advisorylock.New(advisorylock.Options{DeadlockSoldOut: true}),
+			"ctl-deadlock-sold-out", "advisorylock with one mistake", "new",
+			"an attempt held open that PostgreSQL ends as a deadlock's victim answers SOLD_OUT (\"it lost the race\"): two carts that took two SKUs in opposite orders, with units left on both, are told one is sold out (outsider round 49's m17)",
+			inContract(contract, "checkDeadlockVictim")),
+		fromStrategy(advisorylock.New(advisorylock.Options{SessionServerDefaultIsolation: true}),
+			"ctl-session-default-isolation", "advisorylock with one mistake", "new",
+			"attempts held open begin at the server's default isolation level (the plain path names READ COMMITTED): under a default of REPEATABLE READ a cart counts a SKU from its first statement's snapshot, and sells a unit a plain request took since (outsider round 49's m02)",
+			inContract(strategy.NoOversell, "checkAtDefaultIsolation")),
 	}
 }
