@@ -53,6 +53,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -127,7 +128,16 @@ type Options struct {
 	// under a default of REPEATABLE READ an attempt counts a SKU from its
 	// first statement's snapshot, before a unit of it was sold elsewhere.
 	SessionServerDefaultIsolation bool
+	// LockSaltPerProcess is a deliberate mistake, for the negative
+	// controls of table 28-1 only: the SKU's lock id hashes the SKU with a
+	// salt drawn once per process ("a seeded hash resists collisions"), so
+	// the nodes of one process exclude each other and two processes never
+	// do.
+	LockSaltPerProcess bool
 }
+
+// processSalt is Options.LockSaltPerProcess's salt: this process's own.
+var processSalt = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 
 // isolation is the level the transactions begin at.
 func (o Options) isolation() pgx.TxIsoLevel {
@@ -261,6 +271,9 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 	d := &Deployment{db: cfg.DB, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg), opts: opts, lockSQL: lockSKUSQL}
+	if opts.LockSaltPerProcess {
+		d.lockSQL = "SELECT pg_advisory_xact_lock(7283, hashtext($1 || '" + processSalt + "'))"
+	}
 	if opts.LockByPosition {
 		quoted := make([]string, len(d.skus))
 		for i, sku := range d.skus {

@@ -49,5 +49,9 @@ func advisorylockMistakes() []Control {
 			"ctl-session-default-isolation", "advisorylock with one mistake", "new",
 			"attempts held open begin at the server's default isolation level (the plain path names READ COMMITTED): under a default of REPEATABLE READ a cart counts a SKU from its first statement's snapshot, and sells a unit a plain request took since (outsider round 49's m02)",
 			inContract(strategy.NoOversell, "checkAtDefaultIsolation")),
+		fromStrategy(advisorylock.New(advisorylock.Options{LockSaltPerProcess: true}),
+			"ctl-lock-salt-per-process", "advisorylock with one mistake", "C28-15",
+			"the SKU's advisory lock id hashes the SKU with a salt drawn once per process: the nodes of one process exclude each other, and a request from a second process beside an attempt of the first that holds every unit takes one too (outsider round 49's m01)",
+			expect("kill-reserve", strategy.NoOversell)),
 	}
 }
