@@ -134,6 +134,11 @@ type Options struct {
 	// the nodes of one process exclude each other and two processes never
 	// do.
 	LockSaltPerProcess bool
+	// SessionCountsOnce is a deliberate mistake, for the negative controls
+	// of table 28-1 only: an attempt held open counts a SKU's active
+	// reservations once and keeps the count, adding its own ("it holds the
+	// SKU's lock"), so a unit released outside it since is not seen.
+	SessionCountsOnce bool
 }
 
 // processSalt is Options.LockSaltPerProcess's salt: this process's own.
@@ -390,6 +395,12 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 // reserveIn is the whole decision, inside tx; the plain path and sessions
 // share it.
 func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL string, opts Options) (strategy.Result, error) {
+	return reserveCounted(ctx, tx, req, lockSQL, opts, nil)
+}
+
+// reserveCounted is reserveIn with Options.SessionCountsOnce's counts (nil:
+// count every time).
+func reserveCounted(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL string, opts Options, counts map[string][2]int) (strategy.Result, error) {
 	if _, err := tx.Exec(ctx, lockSQL, req.SKU); err != nil {
 		return strategy.Result{}, err
 	}
@@ -409,7 +420,9 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL str
 		return pgstrategy.KnownKey(req, existing), nil
 	}
 	var total, active int
-	if err := tx.QueryRow(ctx, countSQL, req.SKU).Scan(&total, &active); errors.Is(err, pgx.ErrNoRows) {
+	if c, ok := counts[req.SKU]; ok {
+		total, active = c[0], c[1]
+	} else if err := tx.QueryRow(ctx, countSQL, req.SKU).Scan(&total, &active); errors.Is(err, pgx.ErrNoRows) {
 		return strategy.BadRequest(strategy.UnknownSKU(req.SKU))
 	} else if err != nil {
 		return strategy.Result{}, err
@@ -446,6 +459,9 @@ func reserveIn(ctx context.Context, tx pgx.Tx, req strategy.Request, lockSQL str
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return strategy.Result{}, err
+	}
+	if counts != nil {
+		counts[req.SKU] = [2]int{total, active + 1}
 	}
 	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: strategy.Reservation{
 		Key: req.Key, User: req.User, SKU: req.SKU, Status: strategy.StatusHeld, ExpiresAt: expires,
@@ -513,7 +529,8 @@ type session struct {
 	*pgstrategy.Tx
 	d      *Deployment
 	node   *node
-	locked bool // an attempt took its lock (Options.LockFirstAttemptOnly)
+	locked bool              // an attempt took its lock (Options.LockFirstAttemptOnly)
+	counts map[string][2]int // total and active per SKU (Options.SessionCountsOnce)
 }
 
 // OpenSession holds an attempt open.
@@ -554,7 +571,16 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 	if s.d.opts.LockFirstAttemptOnly && s.locked {
 		lockSQL = `SELECT 1 WHERE $1::text IS NOT NULL`
 	}
-	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) { return reserveIn(ctx, tx, req, lockSQL, s.d.opts) })
+	var counts map[string][2]int
+	if s.d.opts.SessionCountsOnce {
+		if s.counts == nil {
+			s.counts = map[string][2]int{}
+		}
+		counts = s.counts
+	}
+	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
+		return reserveCounted(ctx, tx, req, lockSQL, s.d.opts, counts)
+	})
 	if pgErr := (*pgconn.PgError)(nil); s.d.opts.DeadlockSoldOut && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DeadlockDetected {
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // "it lost the race"
 	}

@@ -122,6 +122,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkConflictBehind"},
 		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
 			behind.audit, strategy.Conserves, "checkConflictBehind"},
+		{"an attempt held open asks again for a SKU one of whose units was released outside it since: HELD, not SOLD_OUT",
+			func(r tester) { checkSessionSeesGiveBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkSessionSeesGiveBack"},
 		{"two attempts held open, each holding a unit of one SKU, ask for the other's SKU: the request a deadlock ends is answered BUSY or an error, never SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY",
 			func(r tester) { checkDeadlockVictim(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkDeadlockVictim"},
 		{"a key whose reservation ended is known once its SKU is sold out too: sent again by its owner it is REPLAY of the ended reservation, by another user, also one who holds the SKU, KEY_REUSED",

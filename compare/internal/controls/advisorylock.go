@@ -53,5 +53,9 @@ func advisorylockMistakes() []Control {
 			"ctl-lock-salt-per-process", "advisorylock with one mistake", "C28-15",
 			"the SKU's advisory lock id hashes the SKU with a salt drawn once per process: the nodes of one process exclude each other, and a request from a second process beside an attempt of the first that holds every unit takes one too (outsider round 49's m01)",
 			expect("kill-reserve", strategy.NoOversell)),
+		fromStrategy(advisorylock.New(advisorylock.Options{SessionCountsOnce: true}),
+			"ctl-session-counts-once", "advisorylock with one mistake", "new",
+			"an attempt held open counts a SKU's active reservations once and keeps the count (\"it holds the SKU's lock\"): a unit released outside it since is not seen, and its next request for the SKU is SOLD_OUT (outsider round 49's m18)",
+			inContract(strategy.NoPhantomSoldOut, "checkSessionSeesGiveBack")),
 	}
 }
