@@ -56,3 +56,20 @@ func openForRestart(ctx context.Context, t tester, meta strategy.Meta, db *pgxpo
 	}
 	return dep, restarter, a, b
 }
+
+// openForSessions opens cfg for a check about attempts held open, and
+// returns the deployment (the caller closes it) and node 0's SessionOpener;
+// it skips the check for a strategy without them.
+func openForSessions(ctx context.Context, t tester, meta strategy.Meta, cfg strategy.Config) (strategy.Deployment, strategy.SessionOpener) {
+	t.Helper()
+	dep, err := meta.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		_ = dep.Close()
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	return dep, opener
+}

@@ -38,15 +38,8 @@ func sessionAfterPlainTookLast(t tester, meta strategy.Meta, db, admin *pgxpool.
 	defer cancel()
 	skuA := kitSKU("session-after-plain")
 	skuB := skuA + "-b"
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skuA, Total: 1}, {SKU: skuB, Total: 1}}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, opener := openForSessions(ctx, t, meta, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: skuA, Total: 1}, {SKU: skuB, Total: 1}}})
 	defer dep.Close()
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: "kit-session-after-a-" + skuA, User: "kit-session-after-a", SKU: skuA, TTL: time.Hour},
 		"Session.Reserve of the only unit of the first SKU")
 	defer func() { _ = s.Rollback(ctx) }()
@@ -135,15 +128,8 @@ func plainBesideSession(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 		stock = append([]strategy.Stock{{SKU: sku + "-first", Total: 1}}, stock...)
 		what = "an attempt held open that reserved another SKU first"
 	}
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: stock})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	dep, opener := openForSessions(ctx, t, meta, strategy.Config{Resources: rs, DB: db, Stock: stock})
 	defer dep.Close()
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	held := strategy.Request{Key: "kit-plain-session-held-" + sku, User: "kit-plain-session-a", SKU: sku, TTL: time.Hour}
 	var s strategy.Session
 	var backends []uint32
