@@ -122,6 +122,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { behind.run(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkConflictBehind"},
 		{"a request that met a conflict committed while it waited takes no unit: every unit of those SKUs is in a reservation or available",
 			behind.audit, strategy.Conserves, "checkConflictBehind"},
+		{"a Confirm and a Release keep the expires_at the reservation was made with: Lookup reads the one its HELD answer carried",
+			func(r tester) { checkTransitionKeepsDeadline(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTransitionKeepsDeadline"},
 		{"an attempt held open asks again for a SKU one of whose units was released outside it since: HELD, not SOLD_OUT",
 			func(r tester) { checkSessionSeesGiveBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkSessionSeesGiveBack"},
 		{"two attempts held open, each holding a unit of one SKU, ask for the other's SKU: the request a deadlock ends is answered BUSY or an error, never SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY",

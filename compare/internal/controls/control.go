@@ -467,6 +467,9 @@ const (
 	// EXISTS) before it looks for the stock, so an Attach to a database
 	// where nothing was opened leaves tables behind though it is refused.
 	attachMakesSchema
+	// releaseStampsNow: Release sets expires_at to now() ("the hold is
+	// over"), a deadline no answer carried.
+	releaseStampsNow
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -1345,6 +1348,9 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 			UPDATE {reservation} SET status = 'RELEASED' WHERE request_key = $1 AND ` + inSKUs + ` ` + status + ` RETURNING sku),
 		back AS (` + back + `)
 		SELECT count(*)::int FROM back`)
+	if n.c.breaks == releaseStampsNow {
+		release = strings.Replace(release, "SET status = 'RELEASED'", "SET status = 'RELEASED', expires_at = now()", 1)
+	}
 	var err error
 	if n.c.breaks == releaseRefusedZero {
 		err = pgx.BeginTxFunc(ctx, n.c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {

@@ -540,6 +540,9 @@ var specs = []spec{
 	{name: "ctl-attach-makes-schema", cs: "new", b: attachMakesSchema, claims: claimsOfA,
 		breaks: "Attach makes the schema before it looks for the stock: refused on a database where nothing was opened, it leaves the strategy's tables there (outsider round 50)",
 		expect: inContract(contract, "checkConcurrentFirstOpens")},
+	{name: "ctl-release-stamps-now", cs: "C28-07", b: releaseStampsNow, claims: claimsOfA,
+		breaks: "Release sets expires_at to now() (\"the hold is over\"): the released reservation reads a deadline no answer ever carried (outsider round 51)",
+		expect: inContract(contract, "checkTransitionKeepsDeadline")},
 }
 
 // All returns every negative control: the copies of strategy A, then the
