@@ -181,7 +181,8 @@ type Restarter interface {
 	// Restart closes node i and opens it again over the same database, as a
 	// process restart would: whatever the node kept only in memory is lost,
 	// and the node starts from what the strategy recovers on start. The old
-	// node answers ErrNodeClosed from then on.
+	// node answers ErrNodeClosed from then on. An i out of range is an error
+	// matching ErrNodeRange, not a panic, and restarts nothing.
 	Restart(ctx context.Context, i int) error
 }
 

@@ -214,6 +214,9 @@ func checkConfig(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy
 		t.Logf("deployment does not implement strategy.Restarter: restart and node-death are not applicable")
 		return
 	}
+	for _, i := range []int{-1, 2} {
+		checkRestartRange(ctx, t, dep, i, "kit-k1-"+sku)
+	}
 	old := dep.Node(0)
 	for i := 0; i < 2; i++ {
 		if err := dep.(strategy.Restarter).Restart(ctx, i); err != nil {
@@ -332,6 +335,30 @@ func checkNodeRange(t tester, dep strategy.Deployment, i int) {
 		}
 	}()
 	dep.Node(i)
+}
+
+// checkRestartRange: Restart(i) out of range answers an error matching
+// strategy.ErrNodeRange, as Node(i) panics with one, and restarts nothing:
+// both nodes still answer (outsider round 50's m39 panicked with Go's own
+// index error, which the kit had never asked about).
+func checkRestartRange(ctx context.Context, t tester, dep strategy.Deployment, i int, known string) {
+	t.Helper()
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panicked: %v", r)
+			}
+		}()
+		return dep.(strategy.Restarter).Restart(ctx, i)
+	}()
+	if !errors.Is(err, strategy.ErrNodeRange) {
+		t.Errorf("Restart(%d) of a 2-node deployment: %v, want an error matching strategy.ErrNodeRange (strategy.Restarter)", i, err)
+	}
+	for n := 0; n < 2; n++ {
+		if got, err := dep.Node(n).Lookup(ctx, known); err != nil || got.Status != strategy.StatusHeld {
+			t.Errorf("Lookup on node %d after Restart(%d) of a 2-node deployment: %+v, %v; want HELD: a bad index restarts nothing (strategy.Restarter)", n, i, got, err)
+		}
+	}
 }
 
 // checkSession: a held-open attempt is invisible until Commit, gone after

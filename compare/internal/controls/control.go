@@ -470,6 +470,9 @@ const (
 	// releaseStampsNow: Release sets expires_at to now() ("the hold is
 	// over"), a deadline no answer carried.
 	releaseStampsNow
+	// restartIndexes: Restart indexes its nodes without a range check, so
+	// a bad index panics with Go's own index error.
+	restartIndexes
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -688,7 +691,9 @@ func (c *control) Node(i int) strategy.Strategy {
 // Restart replaces the node's handle. Under restartFromConfig it also sets
 // available back to total, as a node that reloads its stock from config.
 func (c *control) Restart(ctx context.Context, i int) error {
-	strategy.CheckNode(i, len(c.nodes))
+	if (i < 0 || i >= len(c.nodes)) && c.breaks != restartIndexes {
+		return fmt.Errorf("control: restart: %w: node %d of %d", strategy.ErrNodeRange, i, len(c.nodes))
+	}
 	c.nodes[i].closed.Store(true)
 	c.nodes[i] = &node{c: c}
 	if c.breaks == restartFromConfig {

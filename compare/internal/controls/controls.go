@@ -543,6 +543,9 @@ var specs = []spec{
 	{name: "ctl-release-stamps-now", cs: "C28-07", b: releaseStampsNow, claims: claimsOfA,
 		breaks: "Release sets expires_at to now() (\"the hold is over\"): the released reservation reads a deadline no answer ever carried (outsider round 51)",
 		expect: inContract(contract, "checkTransitionKeepsDeadline")},
+	{name: "ctl-restart-index-panics", cs: "new", b: restartIndexes, claims: claimsOfA,
+		breaks: "Restart indexes its nodes without a range check: Restart(2) of two nodes panics with Go's own index error instead of answering strategy.ErrNodeRange (outsider round 50)",
+		expect: inContract(contract, "checkConfig")},
 }
 
 // All returns every negative control: the copies of strategy A, then the
