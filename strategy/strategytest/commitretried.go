@@ -23,19 +23,21 @@ import (
 // its statements had run: serialization failures under contention mostly
 // end a statement, which returns nothing to add up.
 //
-// On a SKU of 3 units, three keys are HELD; then, one call at a time, the
+// On a SKU of 4 units, three keys are HELD (the fourth unit is the new
+// request's, so that a strategy with neither Release nor an expiry job is
+// not asked to sell a unit it does not have); then, one call at a time, the
 // first commit of a transaction writing a row naming the call's key fails
 // (failOnceAtCommit): the Release of the first must report 1 unit, the
 // expiry job run with only the second due must report 1, the Confirm of
 // the third must report true, and a new request must be HELD. A call that
 // answers an error instead (a strategy that does not retry) is sent
 // again, and the resend is held to what its key's row then says. Last,
-// the audit: 2 active, 1 available.
+// the audit: no drift.
 func checkRetriedAtCommit(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const total = 3
+	const total = 4
 	sku := kitSKU("commit-retried")
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}})
 	if err != nil {

@@ -9,10 +9,16 @@ import (
 // its attempts held open take, or in the isolation level its transactions
 // begin at), claiming what advisorylock claims.
 func advisorylockMistakes() []Control {
-	return []Control{fromStrategy(advisorylock.New(advisorylock.Options{SessionLockApart: true}),
-		"ctl-session-lock-apart", "advisorylock with one mistake", "C28-14",
-		"an attempt held open takes the SKU's advisory lock under another key than a plain request: the two never exclude each other, and both take the last unit",
-		inContract(strategy.NoOversell, "checkPlainBesideSession")),
+	noWait := advisorylock.New(advisorylock.Options{})
+	noWait.Claims |= strategy.NoWait
+	return []Control{fromStrategy(reserveOnlyMeta(noWait),
+		"ctl-advisory-claims-no-wait", "advisorylock, plain requests only, claiming no-wait", "C28-14",
+		"claims no-wait, with no attempt held open for the phantom scenario to try: its requests queue on the SKU's advisory lock, a lock no row of its tables shows (outsider round 50's m37)",
+		inContract(strategy.NoWait, "checkNoWaitUnderLoad")),
+		fromStrategy(advisorylock.New(advisorylock.Options{SessionLockApart: true}),
+			"ctl-session-lock-apart", "advisorylock with one mistake", "C28-14",
+			"an attempt held open takes the SKU's advisory lock under another key than a plain request: the two never exclude each other, and both take the last unit",
+			inContract(strategy.NoOversell, "checkPlainBesideSession")),
 		fromStrategy(advisorylock.New(advisorylock.Options{ServerDefaultIsolation: true}),
 			"ctl-advisory-default-isolation", "advisorylock with one mistake", "new",
 			"transactions begin at the server's default isolation level, which a DBA set to REPEATABLE READ: a request that waited for the SKU's lock counts from a snapshot taken before the wait, and takes the unit the holder sold",
