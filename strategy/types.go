@@ -65,7 +65,12 @@ type Request struct {
 	User string
 	SKU  string
 	// TTL is how long the reservation is held before it may expire: a HELD
-	// reservation's ExpiresAt is TTL after the moment it was made.
+	// reservation's ExpiresAt is TTL after the moment it was made. For a
+	// reservation made in an attempt held open (Session), that moment may
+	// be the attempt's start, as now() in its transaction reads it, or the
+	// call's: every strategy here takes the attempt's start, and an attempt
+	// held open long before its Reserve gets a reservation that much
+	// shorter.
 	TTL time.Duration
 }
 
