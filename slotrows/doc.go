@@ -78,7 +78,14 @@
 // flight with the same key or the same user and SKU: its answer (REPLAY or
 // USER_LIMIT, or HELD if that attempt rolls back) depends on that attempt's
 // outcome. The kit's same-key and same-user interleavings see that wait; see
-// TestConformance.
+// TestConformance. One more wait is seen that B does not ask for: with 16
+// claims at once (the kit's checkNoWaitUnderLoad), a claim's UPDATE waits on
+// another claim's transaction (a transactionid lock in pg_blocking_pids,
+// the other attempt between its statements) about once in 40 probes, for
+// the milliseconds until that attempt ends. It is a row wait inside
+// PostgreSQL's execution of the claim, not a queue: an attempt held open
+// (the phantom interleaving) never blocks t3, and the load check judges
+// only waits on locks that are not a row's.
 //
 // # Which free slot a claim picks
 //
