@@ -222,6 +222,10 @@ type Options struct {
 	// the cart's uncommitted unit as free, and the rollback counts it
 	// again.
 	CartGivesToLive bool
+	// CartGivesToFirstSKU is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a rolled-back attempt held open gives
+	// every unit it took back to the SKU of its first line.
+	CartGivesToFirstSKU bool
 	// RestartSkipsOrphans is a deliberate mistake, for the negative
 	// controls of table 28-1 only (memquota-recover until 2026-12-06): a
 	// FromLog restart recounts the log without waiting for the backends of

@@ -165,6 +165,9 @@ func (s *session) giveBack() {
 		counters = s.n.d.nodes[s.n.id].Load().counters
 	}
 	for _, t := range s.taken {
+		if s.n.d.opts.CartGivesToFirstSKU { // the mistake
+			t = s.taken[0]
+		}
 		counters[t.sku].put()
 	}
 	s.taken = nil

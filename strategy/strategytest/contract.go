@@ -74,7 +74,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConfirmTiming(r, t.env.Meta, t.env.DB, rs) }, Base, "checkConfirmTiming"},
 		{"a held-open attempt is invisible until Commit and gone after Rollback; an ended session refuses more; a session refuses what Reserve refuses, another deployment's SKU included",
 			func(r tester) { checkSession(r, t.env.Meta, t.env.DB, rs) }, Base, "checkSession"},
-		{"each released or expired unit goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
+		{"each released or expired unit, and each unit of a cart rolled back, goes back to the SKU it was sold from, and sells there again; a confirm delivered twice moves the row once",
 			func(r tester) { checkUnitsPerSKU(r, t.env.Meta, t.env.DB, rs) }, Base, "checkUnitsPerSKU"},
 		{"a node that has just answered SOLD_OUT still answers a known key REPLAY (which changes nothing, not even expires_at) or KEY_REUSED (also from a user who holds the SKU under another key), and USER_LIMIT only for the SKU its user holds; a unit released through another node is HELD on it when no phantom sold-out is claimed",
 			func(r tester) { checkAnswersWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkAnswersWhenSoldOut"},

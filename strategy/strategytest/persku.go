@@ -68,12 +68,20 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 	sold := &seller{t: t, dep: dep, nodes: nodes, prefix: "kit-per"}
 	sell := func(sku string, bound int) []string { return keysOf(sold.sellOut(ctx, sku, bound)) }
 
+	// First a cart of one unit of each SKU, held open on node 1 and rolled
+	// back: each unit goes back to its own SKU (outsider round 52's m14, a
+	// memquota whose rollback put every unit of a cart back on its first
+	// line's SKU, passed every scenario: none rolled back a cart of two
+	// SKUs).
+	if opener, ok := dep.Node(1).(strategy.SessionOpener); ok {
+		rollBackCart(ctx, t, opener, stock)
+	}
 	// Every SKU sells out before any unit comes back, so a unit given back
 	// to the wrong SKU is a unit that SKU never lost.
 	held := make([][]string, len(perSKUStock))
 	for i, s := range perSKUStock {
 		if held[i] = sell(stock[i].SKU, s.total); len(held[i]) != s.total {
-			t.Fatalf("%s: %d of its %d units sold to requests on every node; want all", s.suffix, len(held[i]), s.total)
+			t.Fatalf("%s: %d of its %d units sold to requests on every node, after a cart of one unit of each SKU was rolled back; want all", s.suffix, len(held[i]), s.total)
 		}
 	}
 	freed := map[string]int{}
@@ -346,5 +354,25 @@ func checkZeroShare(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strat
 	}
 	if a := list[0]; held > total || a.Active > total || a.Drift() != 0 {
 		t.Errorf("SKU of %d units with shares [0, %d, 0] on 3 nodes, %d requests on each node: %d HELD, audit %+v; want at most %d (a share of 0 sells nothing)", total, total, total, held, a, total)
+	}
+}
+
+// rollBackCart reserves one unit of each SKU of stock in one attempt held
+// open, and rolls it back.
+func rollBackCart(ctx context.Context, t tester, opener strategy.SessionOpener, stock []strategy.Stock) {
+	t.Helper()
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	defer func() { _ = s.Rollback(context.Background()) }()
+	for i, st := range stock {
+		req := strategy.Request{Key: fmt.Sprintf("kit-per-cart-%d-%s", i, st.SKU), User: "kit-per-cart", SKU: st.SKU, TTL: time.Hour}
+		if res, err := s.Reserve(ctx, req); err != nil || res.Outcome != strategy.OutcomeHeld {
+			t.Fatalf("line %d of a cart held open (%s, %d units, none sold): %s, %v; want HELD", i+1, st.SKU, st.Total, res.Outcome, err)
+		}
+	}
+	if err := s.Rollback(ctx); err != nil {
+		t.Fatalf("Rollback of a cart of one unit of each of %d SKUs: %v", len(stock), err)
 	}
 }
