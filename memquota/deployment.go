@@ -213,11 +213,11 @@ SELECT * FROM unnest($1::text[], $2::int4[], $3::int4[])`
 
 // startCountsSQL reads, for one node, its configured share of every SKU and
 // the active sales it has logged ($3: Options.RecountSkipsDue's mistake;
-// $4: Options.RecountRecentOnly's).
+// $4: Options.RecountRecentOnly's; $5: Options.RecountCountsExpired's).
 const startCountsSQL = `
 SELECT sh.sku, sh.share,
        (SELECT count(*) FROM memquota_sale s
-         WHERE s.sku = sh.sku AND s.node = sh.node AND s.status IN ('HELD', 'CONFIRMED')
+         WHERE s.sku = sh.sku AND s.node = sh.node AND (s.status IN ('HELD', 'CONFIRMED') OR $5 AND s.status = 'EXPIRED')
            AND NOT ($3 AND s.status = 'HELD' AND s.expires_at < now())
            AND NOT ($4 AND s.created_at < now() - interval '48 hours'))
 FROM memquota_share sh
@@ -227,7 +227,7 @@ WHERE sh.node = $1 AND sh.sku = ANY($2)`
 // FromConfig, the configured share; FromLog, the share minus the node's
 // active rows in the sales log.
 func (d *Deployment) start(ctx context.Context, i int, restart bool) (*node, error) {
-	rows, err := d.db.Query(ctx, startCountsSQL, i, d.skus, restart && d.opts.RecountSkipsDue, restart && d.opts.RecountRecentOnly)
+	rows, err := d.db.Query(ctx, startCountsSQL, i, d.skus, restart && d.opts.RecountSkipsDue, restart && d.opts.RecountRecentOnly, restart && d.opts.RecountCountsExpired)
 	if err != nil {
 		return nil, fmt.Errorf("memquota: start node %d: %w", i, err)
 	}

@@ -293,6 +293,11 @@ type Options struct {
 	// last 48 hours ("a hold lives at most a day"), so a unit paid for
 	// longer ago than that is sold again.
 	RecountRecentOnly bool
+	// RecountCountsExpired is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a FromLog restart counts the node's
+	// EXPIRED sales as held ("status <> 'RELEASED'"), so every unit the
+	// expiry job gave back is lost at the next restart.
+	RecountCountsExpired bool
 	// RestartFallsBack is a deliberate mistake, for the negative controls
 	// of table 28-1 only: a restart whose recount of the sales log fails
 	// (a lock, a timeout) starts the node from its share of the total

@@ -256,6 +256,9 @@ func (d *Deployment) load(ctx context.Context, sku string, force bool, node stri
 			// may still commit, after a recount that counted its unit free.
 			var pids []int32
 			for i := range d.orphans {
+				if d.mistake == OrphansOfNodeZero {
+					i = 0
+				}
 				pids = append(pids, d.orphans[i].peek()...)
 			}
 			if err := pgstrategy.AwaitBackendsDone(ctx, d.db, pids); err != nil {

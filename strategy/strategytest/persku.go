@@ -145,10 +145,24 @@ func checkUnitsPerSKU(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[str
 				s.suffix, got.Total, got.Available, got.Active, want.Total, want.Available, want.Active)
 		}
 	}
+	// Where a restart loses nothing, every node restarts first: its recount
+	// must free what the transitions freed, no more, no less (outsider
+	// round 52's m03, a memquota-recover whose recount counted EXPIRED
+	// rows as held, passed every scenario: none restarted a node after its
+	// job had expired a row).
+	restarted := ""
+	if r, ok := dep.(strategy.Restarter); ok && meta.Claims.Has(strategy.SurvivesRestart) {
+		for i := 0; i < nodes; i++ {
+			if err := r.Restart(ctx, i); err != nil {
+				t.Fatalf("Restart(%d): %v", i, err)
+			}
+		}
+		restarted = " (every node restarted first)"
+	}
 	for i, s := range perSKUStock {
 		sku := stock[i].SKU
 		if again := sell(sku, s.total); len(again) != freed[sku] {
-			t.Errorf("%s: %d units sold again after its transitions freed %d", s.suffix, len(again), freed[sku])
+			t.Errorf("%s: %d units sold again after its transitions freed %d%s", s.suffix, len(again), freed[sku], restarted)
 		}
 	}
 }

@@ -31,7 +31,9 @@ func (t *trial) orphanAcrossWipe(ctx context.Context, srv resourcetest.Server) e
 	}
 	defer closeBoth()
 	sku := t.sku(plain)
-	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: pool, Stock: []strategy.Stock{{SKU: sku, Total: 1}}, Resources: t.cfg.Resources})
+	// Two nodes, the orphan node 1's and the recount node 0's (outsider
+	// round 54's m18: a recount that waited for node 0's orphans alone).
+	dep, err := t.env.Meta.Open(ctx, strategy.Config{DB: pool, Nodes: 2, Stock: []strategy.Stock{{SKU: sku, Total: 1, Shares: []int{0, 1}}}, Resources: t.cfg.Resources})
 	if err != nil {
 		return fmt.Errorf("open the deployment of %s: %w", plain, err)
 	}
@@ -49,7 +51,7 @@ func (t *trial) orphanAcrossWipe(ctx context.Context, srv resourcetest.Server) e
 	reqCtx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	var box panicBox
-	first := reserveAsync(reqCtx, &box, dep.Node(0), strategy.Request{Key: key, User: t.user("orphan-wipe-first"), SKU: sku, TTL: strategy.TTLForever})
+	first := reserveAsync(reqCtx, &box, dep.Node(1), strategy.Request{Key: key, User: t.user("orphan-wipe-first"), SKU: sku, TTL: strategy.TTLForever})
 	pid, err := awaitWaiter(ctx, hold, first, besideWithin)
 	if err != nil {
 		return fmt.Errorf("the first request held at its COMMIT: %w", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reservebench/reservebench/pgtest/pgproxy"
 	"github.com/reservebench/reservebench/strategy"
 )
 
@@ -15,9 +16,10 @@ import (
 // is held at its COMMIT (holdCommitNaming, seen in pg_locks); its client
 // gives up and the cancel is lost on the way (the deployment's pool goes
 // through a proxy that drops it), so the node answers an error and its
-// backend goes on; node 0 restarts; then the COMMIT goes through. A node
-// that recounts the log at restart without waiting for the backends of the
-// requests whose outcome it does not know counts the unit free, and sells
+// backend goes on; the node restarts (node 1 of two: orphanNode); then the
+// COMMIT goes through. A node that recounts the log at restart without
+// waiting for the backends of the requests whose outcome it does not know
+// counts the unit free, and sells
 // it again once the orphan has committed (memquota-recover until
 // 2026-12-06: two active reservations for one unit). Restart may wait for
 // the orphan: the hold is let go once Restart has returned, or after
@@ -26,7 +28,7 @@ import (
 func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	checkBesideOrphan(t, meta, db, admin, rs, "restart-orphan", orphanSuccessor{
-		what: "node 0 restarted",
+		what: "node 1 restarted",
 		skip: func(dep strategy.Deployment) string {
 			if _, ok := dep.(strategy.Restarter); !ok {
 				return "no Restart (strategy.Restarter)"
@@ -34,7 +36,7 @@ func checkRestartBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.P
 			return ""
 		},
 		start: func(ctx context.Context, dep strategy.Deployment, _ strategy.Config) (strategy.Deployment, error) {
-			return dep, dep.(strategy.Restarter).Restart(ctx, 0)
+			return dep, dep.(strategy.Restarter).Restart(ctx, orphanNode)
 		},
 	})
 }
@@ -68,6 +70,30 @@ func checkAttachBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	})
 }
 
+// orphanNode is the node whose request checkBesideOrphan leaves at its
+// COMMIT, and the one restarted: node 1 of two, which holds the SKU's one
+// unit, so that a strategy that waits for node 0's requests in flight
+// whichever node restarts, or recounts, is seen (outsider round 54's m32 and
+// m18, rediscounter-recover: every orphan the kit made was node 0's).
+const orphanNode = 1
+
+// openBehindProxyOnNode1 is openBehindProxy with two nodes, node 1 holding
+// the SKU's unit where a strategy splits the stock (Stock.Shares).
+func openBehindProxyOnNode1(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, name string) (p *pgproxy.Proxy, dep strategy.Deployment, cfg strategy.Config, closeAll func()) {
+	t.Helper()
+	p, pool, closeBoth, err := poolThroughProxy(ctx, db, "", 8)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	cfg = strategy.Config{Resources: rs, DB: pool, Nodes: 2, Stock: []strategy.Stock{{SKU: kitSKU(name), Total: 1, Shares: []int{0, 1}}}}
+	dep, err = meta.Open(ctx, cfg)
+	if err != nil {
+		closeBoth()
+		t.Fatalf("Open: %v", err)
+	}
+	return p, dep, cfg, func() { dep.Close(); closeBoth() }
+}
+
 // orphanSuccessor is what starts while checkBesideOrphan's orphan waits at
 // its COMMIT: the deployment that sells the SKU afterwards.
 type orphanSuccessor struct {
@@ -91,7 +117,7 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, dep, cfg, closeAll := openBehindProxy(ctx, t, meta, db, rs, name)
+	p, dep, cfg, closeAll := openBehindProxyOnNode1(ctx, t, meta, db, rs, name)
 	defer closeAll()
 	sku := cfg.Stock[0].SKU
 	if why := next.skip(dep); why != "" {
@@ -99,7 +125,7 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	}
 	req := strategy.Request{Key: "kit-orphan-" + sku, User: "kit-orphan-" + sku, SKU: sku, TTL: time.Hour}
 	o := orphanAtCommit(ctx, t, p, admin, req.Key, "a request", func(ctx context.Context) answer {
-		res, err := dep.Node(0).Reserve(ctx, req)
+		res, err := dep.Node(orphanNode).Reserve(ctx, req)
 		return answer{res, err}
 	})
 	defer o.hold.removeOrReport(t)
@@ -137,7 +163,7 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	if err := awaitBackendDone(ctx, admin, pid); err != nil {
 		t.Fatalf("the orphan's backend %d: %v", pid, err)
 	}
-	node := after.dep.Node(0)
+	node := after.dep.Node(orphanNode)
 	orphan, err := node.Lookup(ctx, req.Key)
 	if err != nil {
 		t.Fatalf("Lookup %q: %v", req.Key, err)
@@ -148,7 +174,7 @@ func checkBesideOrphan(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs
 	}
 	sold += sellAfter(ctx, t, node, sku, "kit-orphan", next.what)
 	if sold > 1 {
-		t.Errorf("a SKU of 1 unit: %d reservations active after %s while the request node 0 gave up on (answered %v) was held at its COMMIT, which then went through (%s; it waited for the COMMIT: %v); want at most 1",
+		t.Errorf("a SKU of 1 unit: %d reservations active after %s while the request node 1 gave up on (answered %v) was held at its COMMIT, which then went through (%s; it waited for the COMMIT: %v); want at most 1",
 			sold, next.what, first.err, orphan.Status, waited)
 	}
 	audit, err := after.dep.Audit(ctx)
