@@ -242,6 +242,15 @@ const (
 	// (outsider round 54's m32 and m18): node 1's insert whose COMMIT
 	// lands after the recount has its unit sold again.
 	OrphansOfNodeZero
+	// SKUMarksRewritten: a SKU's Redis key names have its ':' made '_' and
+	// its braces dropped ("a ':' breaks our key scheme, a '{' the hash
+	// tag"), so SKUs that differ only there share one counter (outsider
+	// round 54's m13 and m14).
+	SKUMarksRewritten
+	// DownIsSoldOut: a request that finds Redis down is answered SOLD_OUT
+	// ("nothing can be sold now") instead of BUSY (outsider round 54's
+	// m11): a client stops asking while units are free.
+	DownIsSoldOut
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded
@@ -488,12 +497,12 @@ var (
 	_ strategy.Expirer        = (*node)(nil)
 )
 
-// keys are the Redis keys of a SKU: stock, key markers, user markers, the
-// node of each key marker.
-// keys are the deployment's names of sku's keys: keys(sku), but for
-// Mistake SKUNameCut.
+// keys are the deployment's names of sku's keys: keys(sku), but for the
+// Mistakes SKUNameCut, SKUNameHashed and SKUMarksRewritten.
 func (d *Deployment) keys(sku string) []string {
 	switch {
+	case d.mistake == SKUMarksRewritten:
+		sku = strings.NewReplacer(":", "_", "{", "", "}", "").Replace(sku)
 	case d.mistake == SKUNameCut && len(sku) > 40:
 		sku = sku[:40]
 	case d.mistake == SKUNameHashed:
@@ -502,6 +511,8 @@ func (d *Deployment) keys(sku string) []string {
 	return keys(sku)
 }
 
+// keys are the Redis keys of a SKU: stock, key markers, user markers, the
+// node of each key marker.
 func keys(sku string) []string {
 	p := "reservebench:rediscounter:{" + sku + "}:"
 	return []string{p + "stock", p + "keys", p + "users", p + "nodes"}

@@ -71,6 +71,8 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 	}
 	got, err := d.take(ctx, req, i)
 	switch {
+	case isDown(err) && d.mistake == DownIsSoldOut: // the mistake
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
 	case isDown(err), err != nil && d.mistake == ErrorIsBusy:
 		return strategy.Result{Outcome: strategy.OutcomeBusy}, nil // the script never reached Redis
 	case err != nil:

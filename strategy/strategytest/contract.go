@@ -90,6 +90,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkTransitionMovesOneKey(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTransitionMovesOneKey"},
 		{"keys, users and SKUs of any valid text (quotes, backslashes, % and _, non-ASCII, the longest allowed) are stored and found as sent",
 			func(r tester) { checkOddText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkOddText"},
+		{"SKUs that differ only in a separator (':', '_', '-', ' ', '.', '/', none) or a hash tag's braces are separate stock: each sells exactly its own total",
+			func(r tester) { checkSKUsApartByMarks(r, t.env.Meta, t.env.DB, rs) }, Base, "checkSKUsApartByMarks"},
 		{"a HELD reservation past its expires_at keeps its unit until a transition moves it: its user is refused the SKU under a new key, and selling around it (after a restart of its node, where survives-restart is claimed), then its late payment, oversells nothing",
 			func(r tester) { checkDueHoldsItsUnit(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDueHoldsItsUnit"},
 		{"a HELD reservation past its expires_at that no transition has moved is still its holder's to release: one unit back, and a late payment then confirms nothing",

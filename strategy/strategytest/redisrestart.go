@@ -154,6 +154,18 @@ func runRedisRestart(ctx context.Context, t *trial) error {
 	sold := down[strategy.OutcomeHeld] + down[strategy.OutcomeReplay]
 	t.fact("while Redis is stopped: answers", "%d sold, %d refused, %d unknown (resolved from the database below)",
 		sold, in.Requests-sold-unknown, unknown)
+	// A store that is down is BUSY (or an unknown outcome), not SOLD_OUT:
+	// a client told SOLD_OUT stops asking while units are free (outsider
+	// round 54's m11, rediscounter answering SOLD_OUT with Redis down,
+	// passed: both answers counted as refused).
+	back, err := t.audit(ctx)
+	if err != nil {
+		return err
+	}
+	free := back[sku].Total - back[sku].Active
+	t.check(Base, "while Redis is stopped, a SKU with units free is never SOLD_OUT: a store that is down is BUSY, or an unknown outcome",
+		down[strategy.OutcomeSoldOut] == 0 || free <= 0,
+		fmt.Sprintf("%d requests answered SOLD_OUT while Redis was stopped; the database shows %d of %d units free", down[strategy.OutcomeSoldOut], free, back[sku].Total))
 	if _, _, err := send("after a graceful stop and restart", in.Requests, nil); err != nil {
 		return err
 	}
