@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -254,7 +255,11 @@ func (t *trial) untilCommitWaits(ctx context.Context, call func(context.Context)
 		return n > before, err
 	})
 	cancel()
-	return <-done
+	err := waitWithin(cctx, t.lateGrace(), done)
+	if errors.Is(err, errOutlivedGiveUp) {
+		t.noteLate("a call given up on once its COMMIT waited")
+	}
+	return err
 }
 
 // restartAfterRelease reports what the release sent while COMMITs waited

@@ -296,6 +296,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	for i, p := range parts {
 		began := time.Now()
 		r := runRecorded(p.run)
+		if err := t.checkLeftOpen(ctx, p.name); err != nil {
+			return err
+		}
 		// Where a cell's time goes (compare/last-run.json): most of it is
 		// waits the checks impose (lock holds, timeouts), not work. A
 		// check's later parts only judge what its first part did.
@@ -313,6 +316,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		if t.violated(t.env.StopOnViolation) {
 			break
 		}
+	}
+	if err := t.checkLeftOpen(ctx, "the last check"); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
@@ -370,6 +376,9 @@ func onlyChecks[P any](parts []P, names []string, name func(P) string) ([]P, err
 	for i, n := range names {
 		if slices.Contains(names[:i], n) {
 			continue
+		}
+		if n == checkLeftOpenName {
+			continue // not a part: it runs after each
 		}
 		found := false
 		for _, p := range parts {

@@ -387,6 +387,9 @@ type trial struct {
 	// carry on (a step of an interleaving); checkDurable reports them.
 	panicMu sync.Mutex
 	panics  []string
+	// late are calls that had not returned returnGrace after their caller
+	// gave up (callWithin): the harness went on without their answer.
+	late []string
 	// madeDue are the keys whose expires_at the trial moved into the past
 	// (Ager): their ExpiresAt no longer follows from their TTL.
 	madeDueMu sync.Mutex
@@ -522,7 +525,10 @@ func (t *trial) reserveDefinite(ctx context.Context, proc string, node int, req 
 // reserve sends one request and records it.
 func (t *trial) reserve(ctx context.Context, proc string, node int, req strategy.Request) Op {
 	op := Op{Process: proc, Node: node % t.cfg.NodeCount(), Req: req, Invoke: t.hist.Begin()}
-	res, err := t.node(node).Reserve(ctx, req)
+	res, err := callWithin(ctx, t.lateGrace(), func() (strategy.Result, error) { return t.node(node).Reserve(ctx, req) })
+	if errors.Is(err, errOutlivedGiveUp) {
+		t.noteLate(fmt.Sprintf("Reserve %s on node %d", t.plain(req.Key), op.Node))
+	}
 	return t.hist.End(reserveOp(op, res, err))
 }
 
@@ -565,6 +571,14 @@ func (t *trial) lookupOn(ctx context.Context, node int, keys []string) (map[stri
 	return out, firstErr
 }
 
+// noteLate records a call that outlived its caller's giving up by
+// returnGrace; checkDurable reports them.
+func (t *trial) noteLate(what string) {
+	t.panicMu.Lock()
+	defer t.panicMu.Unlock()
+	t.late = append(t.late, what)
+}
+
 // notePanic records a panic of the strategy that the harness survived.
 func (t *trial) notePanic(what string) {
 	t.panicMu.Lock()
@@ -578,8 +592,11 @@ func (t *trial) notePanic(what string) {
 func (t *trial) checkDurable(ctx context.Context) error {
 	t.panicMu.Lock()
 	panics := append([]string(nil), t.panics...)
+	late := append([]string(nil), t.late...)
 	t.panicMu.Unlock()
 	t.check(Base, "the strategy never panics", len(panics) == 0, sample(panics))
+	t.check(Base, "a call returns once its caller gives up (its context's deadline passes, or it is cancelled), within 20 s", len(late) == 0,
+		fmt.Sprintf("%d calls had not returned %v after their caller gave up: %s", len(late), returnGrace, sample(late)))
 	if t.nodesCompared > 0 {
 		t.check(Base, "every node's Lookup reads the status node 0 reads", len(t.nodesApart) == 0,
 			fmt.Sprintf("%d of %d lookups on other nodes read otherwise: %s", len(t.nodesApart), t.nodesCompared, sample(t.nodesApart)))

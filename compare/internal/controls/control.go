@@ -473,6 +473,15 @@ const (
 	// restartIndexes: Restart indexes its nodes without a range check, so
 	// a bad index panics with Go's own index error.
 	restartIndexes
+	// reserveIgnoresGiveUp: Reserve runs its statements under
+	// context.WithoutCancel ("a reservation half made is worse than a late
+	// one"): a caller's deadline or cancel never reaches it.
+	reserveIgnoresGiveUp
+	// releaseLeaksTx: Release runs in a transaction it commits only when
+	// it moved a row ("nothing to commit"): a Release of a key it does not
+	// move leaves its transaction open, and its connection out of the
+	// pool, for good.
+	releaseLeaksTx
 )
 
 // dashFolded and uuidFolded are the key columns' folds of keyDashFolded
@@ -911,6 +920,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 		if k, ok := n.sold.Load(req.SKU + "\x00" + req.User); ok && k != req.Key {
 			return strategy.Result{Outcome: strategy.OutcomeUserLimit}, nil
 		}
+	}
+	if n.c.breaks == reserveIgnoresGiveUp {
+		ctx = context.WithoutCancel(ctx)
 	}
 	res, err := n.reserve(ctx, req)
 	if err == nil && res.Outcome == strategy.OutcomeHeld {
@@ -1365,6 +1377,18 @@ func (n *node) Release(ctx context.Context, key string) (int, error) {
 		if errors.As(err, &pgErr) && pgErr.Code == "40001" {
 			return 0, nil
 		}
+	} else if n.c.breaks == releaseLeaksTx {
+		var tx pgx.Tx
+		if tx, err = n.c.db.Begin(ctx); err != nil {
+			return 0, err
+		}
+		if err = tx.QueryRow(ctx, release, key, skus).Scan(&units); err != nil {
+			return 0, err // the mistake: the transaction is never ended
+		}
+		if units == 0 {
+			return 0, nil // the mistake: "nothing to commit"
+		}
+		err = tx.Commit(ctx)
 	} else if n.c.breaks == releaseLeaksConn {
 		var conn *pgxpool.Conn
 		if conn, err = n.c.db.Acquire(ctx); err != nil {
