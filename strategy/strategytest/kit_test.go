@@ -94,6 +94,9 @@ func (d *fakeDeployment) Node(i int) strategy.Strategy {
 
 // Restart gives node i a new epoch: the old handle answers ErrNodeClosed.
 func (d *fakeDeployment) Restart(_ context.Context, i int) error {
+	if i < 0 || i >= d.nodes {
+		return fmt.Errorf("fake: restart: %w: node %d of %d", strategy.ErrNodeRange, i, d.nodes)
+	}
 	d.store.mu.Lock()
 	defer d.store.mu.Unlock()
 	d.epoch[i]++
