@@ -122,6 +122,9 @@ type Options struct {
 	// table 28-1 only: an attempt held open that PostgreSQL ends as a
 	// deadlock's victim (40P01) answers SOLD_OUT ("it lost the race").
 	DeadlockSoldOut bool
+	// PlainDeadlockSoldOut is DeadlockSoldOut on the plain path: a Reserve
+	// that PostgreSQL ends as a deadlock's victim answers SOLD_OUT.
+	PlainDeadlockSoldOut bool
 	// SessionServerDefaultIsolation is a deliberate mistake, for the
 	// negative controls of table 28-1 only: attempts held open begin at
 	// the server's default level (the plain path names READ COMMITTED), so
@@ -385,6 +388,9 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	})
 	if badReq != nil {
 		return res, badReq
+	}
+	if pgErr := (*pgconn.PgError)(nil); n.d.opts.PlainDeadlockSoldOut && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DeadlockDetected {
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake: "it lost the race"
 	}
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("advisorylock: reserve %s: %w", req.Key, err)

@@ -262,6 +262,10 @@ type Options struct {
 	// took ("the key is in the cart either way"), so its rollback gives the
 	// replayed reservation's unit back, though another request holds it.
 	ReplayInCart bool
+	// KeyReusedInCart is ReplayInCart for a KEY_REUSED answer: an attempt
+	// held open keeps it among what it took, and its rollback gives back a
+	// unit the refused request never kept.
+	KeyReusedInCart bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

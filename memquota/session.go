@@ -80,7 +80,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		}
 		a := &pass{q: tx, held: true, pid: s.Backends()[0]}
 		res, err := s.n.reserve(ctx, a, req)
-		if err == nil && (res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay && s.n.d.opts.ReplayInCart) { // ReplayInCart: the mistake
+		if err == nil && (res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeReplay && s.n.d.opts.ReplayInCart || res.Outcome == strategy.OutcomeKeyReused && s.n.d.opts.KeyReusedInCart) { // ReplayInCart, KeyReusedInCart: the mistakes
 			line := doubt{key: req.Key, sku: req.SKU, pid: a.pid, attempt: a.attempt}
 			if i := slices.IndexFunc(s.taken, func(d doubt) bool { return d.sku == req.SKU }); i >= 0 && s.n.d.opts.CartBySKU {
 				s.taken[i] = line // the mistake: one line a SKU

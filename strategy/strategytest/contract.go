@@ -130,6 +130,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSessionSeesGiveBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkSessionSeesGiveBack"},
 		{"two attempts held open, each holding a unit of one SKU, ask for the other's SKU: the request a deadlock ends is answered BUSY or an error, never SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY",
 			func(r tester) { checkDeadlockVictim(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkDeadlockVictim"},
+		{"a plain request that waits for a key an attempt held open holds on another SKU, while that attempt asks for the request's SKU, is answered an error, BUSY, KEY_REUSED or HELD, never SOLD_OUT, USER_LIMIT or REPLAY",
+			func(r tester) { checkPlainDeadlockVictim(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkPlainDeadlockVictim"},
 		{"a key whose reservation ended is known once its SKU is sold out too: sent again by its owner it is REPLAY of the ended reservation, by another user, also one who holds the SKU, KEY_REUSED",
 			func(r tester) { checkEndedKeyWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkEndedKeyWhenSoldOut"},
 		{"a Lookup, Confirm, Release or expiry job (with a reservation due) that waits behind tables another transaction has locked until its caller cancels it, or until its deadline passes, returns an error, not NOT_FOUND, false or 0; so do a Restart and an Attach",

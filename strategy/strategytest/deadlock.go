@@ -83,3 +83,73 @@ func checkDeadlockVictim(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, 
 		}
 	}
 }
+
+// checkPlainDeadlockVictim: checkDeadlockVictim with a plain request as
+// the victim. An attempt held open on node 0 holds key K on the second SKU;
+// a plain request on node 1 sends K, from another user, for the first SKU,
+// and is seen waiting (where the strategy takes the SKU's lock first, it
+// holds the first SKU's lock while it waits for K's row); then the attempt
+// asks for a unit of the first SKU under a new key, which closes the cycle
+// there, and PostgreSQL ends the plain request, which waited first.
+// Nothing refused it: the first SKU has units, and its user holds nothing.
+// Its answer is an error, BUSY, KEY_REUSED (K is known, retried once the
+// attempt is gone) or HELD (retried after the attempt rolled back), never
+// SOLD_OUT, USER_LIMIT or REPLAY (outsider round 53's b05, a strategy of
+// its own that answered a deadlock SOLD_OUT: in an attempt held open the
+// answer became an error on its own, and no scenario deadlocked a plain
+// request). The attempt's own ask is judged as checkDeadlockVictim judges
+// both.
+func checkPlainDeadlockVictim(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	skuX := kitSKU("plain-deadlock")
+	skuY := skuX + "-y"
+	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, Nodes: 2, Stock: []strategy.Stock{{SKU: skuX, Total: 4}, {SKU: skuY, Total: 4}}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	key := "kit-plain-deadlock-k-" + skuX
+	s, backends := holdInSession(ctx, t, opener, strategy.Request{Key: key, User: "kit-plain-deadlock-1", SKU: skuY, TTL: time.Hour}, "Session.Reserve on node 0 of a unit of the second SKU")
+	defer func() { _ = s.Rollback(context.Background()) }()
+	var box panicBox
+	defer box.rethrow()
+	plain := strategy.Request{Key: key, User: "kit-plain-deadlock-2", SKU: skuX, TTL: time.Hour}
+	plainDone := reserveAsync(ctx, &box, dep.Node(1), plain)
+	if _, err := awaitAnswerOrBlocked(ctx, admin, int32(backends[0]), plainDone); err != nil {
+		t.Fatalf("read the lock waits: %v", err)
+	}
+	ask := strategy.Request{Key: "kit-plain-deadlock-ask-" + skuX, User: "kit-plain-deadlock-1", SKU: skuX, TTL: time.Hour}
+	askDone := reserveAsync(ctx, &box, s, ask)
+	var plainAnswer, askAnswer *answer
+	for plainAnswer == nil || askAnswer == nil {
+		select {
+		case a := <-plainDone:
+			plainAnswer, plainDone = &a, nil
+		case a := <-askDone:
+			askAnswer, askDone = &a, nil
+			_ = s.Rollback(ctx) // so that the plain request, if it waits on, goes on
+		case <-ctx.Done():
+			t.Fatalf("the plain request and the attempt held open, each waiting for the other, did not both answer within a minute")
+		}
+	}
+	if a := plainAnswer; a.err == nil {
+		switch a.res.Outcome {
+		case strategy.OutcomeSoldOut, strategy.OutcomeUserLimit, strategy.OutcomeReplay:
+			t.Errorf("a plain request for key %q (held uncommitted by another user's attempt, on another SKU), for a SKU with units, by a user who holds nothing, while that attempt asked for its SKU (a deadlock where the strategy locks the SKU before the key): %s, <nil>; want an error, BUSY, KEY_REUSED or HELD (a request ended as a deadlock's victim was refused nothing)",
+				key, a.res.Outcome)
+		}
+	}
+	if a := askAnswer; a.err == nil {
+		switch a.res.Outcome {
+		case strategy.OutcomeSoldOut, strategy.OutcomeUserLimit, strategy.OutcomeKeyReused, strategy.OutcomeReplay:
+			t.Errorf("an attempt held open asked for %s (its key new, units left) while a plain request waited for the key it held: %s, <nil>; want HELD, BUSY or an error",
+				ask.SKU, a.res.Outcome)
+		}
+	}
+}

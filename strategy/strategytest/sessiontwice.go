@@ -19,8 +19,9 @@ import (
 // key again (REPLAY) and a new key of the same user (USER_LIMIT), takes
 // the third unit and is refused a fourth (SOLD_OUT), and all three hold
 // once it commits. Before all that, an attempt of two units of the SKU,
-// which also sends the key of the unit sold before (REPLAY), rolls back,
-// and both units come back, and nothing for the REPLAY.
+// which also sends the key of the unit sold before (REPLAY, and from
+// another user KEY_REUSED), rolls back, and both units come back, and
+// nothing for the REPLAY or the KEY_REUSED.
 func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -55,13 +56,21 @@ func checkTwoOfOneSKUInSession(t tester, meta strategy.Meta, db *pgxpool.Pool, r
 	if res, err := rb.Reserve(ctx, sold); err != nil || res.Outcome != strategy.OutcomeReplay {
 		t.Errorf("Session.Reserve of key %q, sold before the attempt began: %s, %v; want REPLAY", sold.Key, res.Outcome, err)
 	}
+	// Sent by another user it is KEY_REUSED, which takes nothing either:
+	// an attempt that keeps a KEY_REUSED among what it took gives back a
+	// unit it never held (outsider round 52's m32, memquota).
+	reused := sold
+	reused.User = "kit-st-other"
+	if res, err := rb.Reserve(ctx, reused); err != nil || res.Outcome != strategy.OutcomeKeyReused {
+		t.Errorf("Session.Reserve of key %q, sold before the attempt began to another user: %s, %v; want KEY_REUSED", sold.Key, res.Outcome, err)
+	}
 	if err := rb.Rollback(ctx); err != nil {
 		t.Fatalf("Rollback of the attempt that reserved two units of one SKU: %v", err)
 	}
 	if list, err := dep.Audit(ctx); err != nil || len(list) != 1 {
 		t.Fatalf("Audit: %+v, %v", list, err)
 	} else if a := list[0]; a.Active != 1 || a.Available != 3 || a.Drift() != 0 {
-		t.Errorf("audit after one attempt reserved 2 units of a SKU of 4 (one sold before), sent the sold key again, and rolled back: %+v; want 1 active, 3 available (both units back, none for the REPLAY)", a)
+		t.Errorf("audit after one attempt reserved 2 units of a SKU of 4 (one sold before), sent the sold key again, as its owner and as another user, and rolled back: %+v; want 1 active, 3 available (both units back, none for the REPLAY or the KEY_REUSED)", a)
 	}
 	s, err := opener.OpenSession(ctx)
 	if err != nil {
