@@ -266,6 +266,12 @@ type Options struct {
 	// held open keeps it among what it took, and its rollback gives back a
 	// unit the refused request never kept.
 	KeyReusedInCart bool
+	// CommitRollbackIsDoubt is a deliberate mistake, for the negative
+	// controls of table 28-1 only: a COMMIT the server turned into a
+	// ROLLBACK (a statement of the attempt had failed) is taken for one
+	// whose outcome is unknown, and its units stay in doubt while the
+	// pooled connection that ran it lives.
+	CommitRollbackIsDoubt bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

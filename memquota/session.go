@@ -132,7 +132,7 @@ func (s *session) aroundCommit(ctx context.Context, commit func(context.Context)
 	}
 	err := commit(ctx)
 	switch {
-	case errors.Is(err, pgx.ErrTxCommitRollback), err != nil && ctx.Err() != nil && s.n.d.opts.GiveUpIsRollback: // the second: the mistake
+	case errors.Is(err, pgx.ErrTxCommitRollback) && !s.n.d.opts.CommitRollbackIsDoubt, err != nil && ctx.Err() != nil && s.n.d.opts.GiveUpIsRollback: // the second, and CommitRollbackIsDoubt: the mistakes
 		s.giveBack()
 		return err
 	case err != nil && s.n.d.opts.CommitErrorKeeps: // the mistake

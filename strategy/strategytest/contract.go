@@ -130,6 +130,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkSessionSeesGiveBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkSessionSeesGiveBack"},
 		{"two attempts held open, each holding a unit of one SKU, ask for the other's SKU: the request a deadlock ends is answered BUSY or an error, never SOLD_OUT, USER_LIMIT, KEY_REUSED or REPLAY",
 			func(r tester) { checkDeadlockVictim(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkDeadlockVictim"},
+		{"an attempt held open whose second request fails in the server, then committed, keeps its first reservation whole or not at all, and the SKU then sells every unit no reservation holds",
+			func(r tester) { checkSessionStatementFails(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkSessionStatementFails"},
 		{"a plain request that waits for a key an attempt held open holds on another SKU, while that attempt asks for the request's SKU, is answered an error, BUSY, KEY_REUSED or HELD, never SOLD_OUT, USER_LIMIT or REPLAY",
 			func(r tester) { checkPlainDeadlockVictim(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkPlainDeadlockVictim"},
 		{"a key whose reservation ended is known once its SKU is sold out too: sent again by its owner it is REPLAY of the ended reservation, by another user, also one who holds the SKU, KEY_REUSED",
