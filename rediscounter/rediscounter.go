@@ -251,6 +251,11 @@ const (
 	// ("nothing can be sold now") instead of BUSY (outsider round 54's
 	// m11): a client stops asking while units are free.
 	DownIsSoldOut
+	// EndedIsReleasedOnly: EndedRowKeepsUnit for an EXPIRED row alone: a
+	// late copy whose insert meets its key's row counts only a RELEASED
+	// row as ended, and keeps the unit it took beside an EXPIRED one
+	// (outsider round 54's m20).
+	EndedIsReleasedOnly
 )
 
 // restartDrainBound is how long a restart with Mistake RestartDrainBounded

@@ -161,6 +161,9 @@ func (d *Deployment) reserve(ctx context.Context, req strategy.Request, i int, d
 // once either way.
 func (d *Deployment) keyTaken(ctx context.Context, req strategy.Request, r strategy.Reservation) (strategy.Result, error) {
 	ended := r.Status != strategy.StatusHeld && r.Status != strategy.StatusConfirmed
+	if d.mistake == EndedIsReleasedOnly {
+		ended = r.Status == strategy.StatusReleased
+	}
 	if r.SKU != req.SKU || (ended && d.mistake != EndedRowKeepsUnit) {
 		back := returned{sku: req.SKU, key: req.Key, user: req.User}
 		if d.mistake == GiveBackOwnersMarks && r.SKU != req.SKU {

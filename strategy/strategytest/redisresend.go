@@ -25,15 +25,47 @@ import (
 // scenario had a copy wait between its lookup and its take while the
 // other copy's reservation began and ended). A strategy that sends Redis
 // nothing naming the key is not applicable.
+//
+// It runs twice: with the second copy's reservation released, and with it
+// made due and expired by the job (outsider round 54's m20, a rediscounter
+// whose late copy counted only a RELEASED row as ended, kept the fresh unit
+// it took beside an EXPIRED one).
 func (t *trial) resendAfterRelease(ctx context.Context) error {
-	const what = "a copy held on its way to Redis while the other holds and releases"
-	p, err := t.proxiedRelease(ctx, what, "-resent")
+	if err := t.resendAfterEnd(ctx, false); err != nil {
+		return err
+	}
+	return t.resendAfterEnd(ctx, true)
+}
+
+// resendAfterEnd is resendAfterRelease with the second copy's reservation
+// released, or, byJob, made due and expired by the expiry job.
+func (t *trial) resendAfterEnd(ctx context.Context, byJob bool) error {
+	what, tag, ends := "a copy held on its way to Redis while the other holds and releases", "resent", "released"
+	if byJob {
+		what, tag, ends = "a copy held on its way to Redis while the other holds and expires", "resent-expired", "expired by the job"
+	}
+	p, err := t.proxiedRelease(ctx, what, "-"+tag)
 	if p == nil || err != nil {
 		return err
 	}
 	defer p.close()
 	dep, proxy, sku, node, releaser := p.dep, p.proxy, p.sku, p.node, p.releaser
-	key, user := t.key("req-resent-0"), t.user("user-resent-0")
+	ager, canAge := dep.(strategy.Ager)
+	expirer, canExpire := node.(strategy.Expirer)
+	if byJob && (!canAge || !canExpire) {
+		t.fact(what, "not applicable: needs the expiry job and MakeDue")
+		return nil
+	}
+	end := func(key string) (int, error) {
+		if !byJob {
+			return releaser.Release(ctx, key)
+		}
+		if n, err := ager.MakeDue(ctx, []string{key}); err != nil || n != 1 {
+			return 0, fmt.Errorf("MakeDue: %d, %w", n, err)
+		}
+		return expirer.ExpireDue(ctx)
+	}
+	key, user := t.key("req-"+tag+"-0"), t.user("user-"+tag+"-0")
 	req := strategy.Request{Key: key, User: user, SKU: sku, TTL: strategy.TTLForever}
 	held, letGo := proxy.Hold(key)
 	defer letGo()
@@ -76,11 +108,11 @@ func (t *trial) resendAfterRelease(ctx context.Context) error {
 		<-firstDone
 		return fmt.Errorf("%s: the second copy, with the first held on its way to Redis and the SKU's one unit free: %s, %v; want HELD", what, second.res.Outcome, second.err)
 	}
-	units, relErr := releaser.Release(ctx, key)
-	if relErr != nil && !releaseAnswered(ctx, releaser, key) {
+	units, relErr := end(key)
+	if relErr != nil && (byJob || !releaseAnswered(ctx, releaser, key)) {
 		letGo()
 		<-firstDone
-		return fmt.Errorf("%s: the release of the second copy's hold got no answer: %v", what, relErr)
+		return fmt.Errorf("%s: the second copy's hold, %s, got no answer: %v", what, ends, relErr)
 	}
 	letGo()
 	first := <-firstDone
@@ -101,21 +133,21 @@ func (t *trial) resendAfterRelease(ctx context.Context) error {
 			}
 		}
 	}
-	t.fact(what, "the first copy's Redis command naming its key held while the second held the unit and was released (%d unit(s), %v), then let go: %s", units, relErr, answered)
-	t.check(Base, "a copy of a request that found its key unknown, then meets its key's reservation held and released by another copy, answers that reservation (REPLAY, a known key first)",
+	t.fact(what, "the first copy's Redis command naming its key held while the second held the unit and was %s (%d unit(s), %v), then let go: %s", ends, units, relErr, answered)
+	t.check(Base, "a copy of a request that found its key unknown, then meets its key's reservation held and ended (released, or expired by the job) by another copy, answers that reservation (REPLAY, a known key first)",
 		first.res.Outcome == strategy.OutcomeReplay && first.res.Reservation.Key == key,
-		fmt.Sprintf("%s: %s about key %q (status %s); want REPLAY of its own released reservation", t.plain(key), answered, first.res.Reservation.Key, first.res.Reservation.Status), key)
+		fmt.Sprintf("%s: %s about key %q (status %s); want REPLAY of its own reservation, %s", t.plain(key), answered, first.res.Reservation.Key, first.res.Reservation.Status, ends), key)
 	a, err := soleAudit(ctx, dep, what)
 	if err != nil {
 		return err
 	}
 	t.check(strategy.Conserves, "a copy that meets its key's reservation ended by another copy keeps no unit for it (total - available == active)", a.Drift() == 0,
 		fmt.Sprintf("%s: total %d - available %d - active %d = drift %d (the copy: %s)", t.plain(sku), a.Total, a.Available, a.Active, a.Drift(), answered), key)
-	again := strategy.Request{Key: t.key("req-resent-again"), User: user, SKU: sku, TTL: strategy.TTLForever}
+	again := strategy.Request{Key: t.key("req-" + tag + "-again"), User: user, SKU: sku, TTL: strategy.TTLForever}
 	res, err := reserveUnlessBusy(ctx, node, again)
-	t.check(Base, "then the user, whose only reservation of the SKU was released, gets its free unit with a new key",
+	t.check(Base, "then the user, whose only reservation of the SKU ended, gets its free unit with a new key",
 		err == nil && (res.Outcome == strategy.OutcomeHeld || res.Outcome == strategy.OutcomeBusy),
 		fmt.Sprintf("%s: %s, %v; want HELD (the SKU's one unit is free and the user holds nothing)", t.plain(again.Key), res.Outcome, err), key, again.Key)
-	t.twoGetOne(ctx, node, sku, "resent", "", key, again.Key)
+	t.twoGetOne(ctx, node, sku, tag, "", key, again.Key)
 	return nil
 }
