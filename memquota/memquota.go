@@ -272,6 +272,12 @@ type Options struct {
 	// whose outcome is unknown, and its units stay in doubt while the
 	// pooled connection that ran it lives.
 	CommitRollbackIsDoubt bool
+	// KeyHintFolded is a deliberate mistake, for the negative controls of
+	// table 28-1 only: an insert takes its key's hint under the key's
+	// lower case ("keys are case-insensitive anyway"), so a node with no
+	// unit left that probes for a request whose key is that lower case
+	// waits for another user's attempt held open.
+	KeyHintFolded bool
 	// AttemptsCounted is a deliberate mistake, for the negative controls of
 	// table 28-1 only: inserts and moves are numbered by a counter of the
 	// process from 1, so a process that attached after another settles a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,7 +240,11 @@ func (n *node) logSale(ctx context.Context, a *pass, c *counter, req strategy.Re
 	q, held := a.q, a.held
 	a.attempt = n.d.newAttempt()
 	var expires time.Time
-	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), keyLock(req.Key), a.attempt).Scan(&expires)
+	hint := keyLock(req.Key)
+	if n.d.opts.KeyHintFolded { // the mistake
+		hint = keyLock(strings.ToLower(req.Key))
+	}
+	err := q.QueryRow(ctx, insertSQL, req.Key, req.User, req.SKU, n.id, req.TTL.Microseconds(), hint, a.attempt).Scan(&expires)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows): // refused: the key or the user has a committed row
 		if !n.d.opts.PutBackAfterLookup {

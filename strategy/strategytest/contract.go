@@ -288,7 +288,9 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 		parts = append(parts, part{"a request with a new key and user does not wait while another transaction holds every row of the strategy's tables as an UPDATE in flight would",
 			func(r tester) { checkNoWaitBehindLockedRows(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait, "checkNoWaitBehindLockedRows"},
 			part{"16 callers' requests of new keys and users for one SKU with a unit for each never wait for one another (pg_blocking_pids of every backend, read until the last answer)",
-				func(r tester) { checkNoWaitUnderLoad(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait, "checkNoWaitUnderLoad"})
+				func(r tester) { checkNoWaitUnderLoad(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait, "checkNoWaitUnderLoad"},
+			part{"a request whose key differs only in case from the key of an attempt held open that took the SKU's last unit does not wait for that attempt",
+				func(r tester) { checkNoWaitBesideCaseTwin(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoWait, "checkNoWaitBesideCaseTwin"})
 	}
 	// After every other: their calls have been through the pool.
 	parts = append(parts, part{"the strategy leaves the pool's connections as it found them: no session setting left by a SET without LOCAL",

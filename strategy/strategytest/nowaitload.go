@@ -3,6 +3,7 @@ package strategytest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,5 +121,44 @@ func checkNoWaitUnderLoad(t tester, meta strategy.Meta, db, admin *pgxpool.Pool,
 	if waited != "" {
 		t.Errorf("%d callers, %d requests of new keys and users for one SKU with a unit each: %s after %d probes that saw none; a no-wait strategy's requests that compete only for stock never wait for one another",
 			noWaitLoadCallers, noWaitLoadRequests, waited, probes)
+	}
+}
+
+// checkNoWaitBesideCaseTwin: a strategy that claims NoWait answers a plain
+// request for a SKU whose last unit an attempt held open took, without
+// waiting for that attempt, when the request's key differs from the
+// attempt's only in case (another user's). The two compete only for stock:
+// the keys are different keys. A strategy that looks for a twin of the
+// request in flight by a fold of its key (a lock or a hint hashed from
+// lower(key)) waits for the attempt (outsider round 52's m05, memquota,
+// whose node with no unit left probed the key's hint: it waited 3 s, to
+// its deadline). The wait is read from pg_blocking_pids, as in
+// checkNoWaitBehindLockedRows.
+func checkNoWaitBesideCaseTwin(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep, sku := openOneSKU(ctx, t, meta, db, rs, "nowait-twin", 1)
+	defer dep.Close()
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		t.Skip("no attempt held open (strategy.SessionOpener)")
+	}
+	held := strategy.Request{Key: "Kit-NoWait-Twin-" + sku, User: "kit-nowait-twin-1", SKU: sku, TTL: time.Hour}
+	s, backends := holdInSession(ctx, t, opener, held, "Session.Reserve of the last unit of a SKU of 1")
+	defer func() { _ = s.Rollback(context.Background()) }()
+	req := strategy.Request{Key: strings.ToLower(held.Key), User: "kit-nowait-twin-2", SKU: sku, TTL: time.Hour}
+	var box panicBox
+	defer box.rethrow()
+	done := reserveAsync(ctx, &box, dep.Node(0), req)
+	waited, err := awaitAnswerOrBlockedByAny(ctx, admin, backends, done)
+	_ = s.Rollback(ctx)
+	a := <-done
+	if err != nil {
+		t.Fatalf("read the lock waits: %v", err)
+	}
+	if waited {
+		t.Errorf("Reserve %q (another user's) waited for the attempt held open that took the SKU's last unit under key %q, which differs only in case, then answered %s, %v: a no-wait strategy must answer without waiting for another's uncommitted work (the keys are two keys)",
+			req.Key, held.Key, a.res.Outcome, a.err)
 	}
 }
