@@ -35,7 +35,7 @@ func checkAtDefaultIsolation(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 	if err != nil {
 		t.Fatalf("open a pool whose default isolation is %s: %v", defaultIsolation, err)
 	}
-	defer pool.Close()
+	defer closeKitPool(pool)
 	var got string
 	if err := pool.QueryRow(ctx, `SHOW default_transaction_isolation`).Scan(&got); err != nil || got != defaultIsolation {
 		t.Fatalf("the pool's default isolation is %q (%v), want %q", got, err, defaultIsolation)

@@ -58,7 +58,7 @@ func checkTTLAcrossDST(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	if err != nil {
 		t.Fatalf("a pool in time zone %q: %v", zone, err)
 	}
-	defer pool.Close()
+	defer closeKitPool(pool)
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatalf("a pool in time zone %q: %v", zone, err)
 	}

@@ -47,7 +47,7 @@ func checkResendAtEachStatement(t tester, meta strategy.Meta, db, admin *pgxpool
 	if err != nil {
 		t.Fatalf("a pool with the kit's tracer: %v", err)
 	}
-	defer pool.Close()
+	defer closeKitPool(pool)
 	base := kitSKU("each-statement")
 	var stock []strategy.Stock
 	for i := range 4 * eachStatementRounds {

@@ -46,7 +46,7 @@ func checkConcurrentFirstOpens(t tester, meta strategy.Meta, admin *pgxpool.Pool
 	if err != nil {
 		t.Fatalf("connect to the empty database: %v", err)
 	}
-	defer db.Close()
+	defer closeKitPool(db)
 	// Each Open has a connection before they start, so that they reach the
 	// database together.
 	conns := make([]*pgxpool.Conn, firstOpens)
@@ -130,7 +130,7 @@ func attachToEmpty(ctx context.Context, t tester, meta strategy.Meta, admin *pgx
 	if err != nil {
 		t.Fatalf("connect to the empty database: %v", err)
 	}
-	defer db.Close()
+	defer closeKitPool(db)
 	d, err := meta.Attach(ctx, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: kitSKU("attach-empty"), Total: 1}}})
 	if err == nil {
 		_ = d.Close()

@@ -70,7 +70,7 @@ func (f *freshDatabase) run(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	if err != nil {
 		t.Fatalf("connect to the fresh database: %v", err)
 	}
-	defer fresh.Close()
+	defer closeKitPool(fresh)
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: fresh, Stock: []strategy.Stock{{SKU: more, Total: 1}, {SKU: fewer, Total: 3}}})
 	if err != nil {
 		t.Fatalf("Open in a fresh database on the same resources: %v", err)

@@ -61,7 +61,7 @@ func openTraced(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	opened := false
 	defer func() {
 		if !opened { // Open failed the check
-			traced.Close()
+			closeKitPool(traced)
 		}
 	}()
 	dep, sku := openOneSKU(ctx, t, meta, traced, rs, prefix, total)
@@ -69,7 +69,7 @@ func openTraced(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	return h, dep, sku, func() {
 		h.letGo()
 		dep.Close()
-		traced.Close()
+		closeKitPool(traced)
 	}
 }
 

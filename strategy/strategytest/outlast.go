@@ -85,7 +85,7 @@ func checkServerCancelsWait(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	if err != nil {
 		t.Fatalf("a pool whose sessions have a statement_timeout: %v", err)
 	}
-	defer timed.Close()
+	defer closeKitPool(timed)
 	waitBehindHold(t, meta, timed, admin, rs, "server-timeout", func() time.Duration { return 5 * serverStatementTimeout }, refused)
 }
 

@@ -108,7 +108,7 @@ func sortedRounds(ctx context.Context, t tester, db *pgxpool.Pool, rounds int, c
 	if err != nil {
 		t.Fatalf("a pool that joins by sorting: %v", err)
 	}
-	defer sorted.Close()
+	defer closeKitPool(sorted)
 	var wrong []string
 	for round := 0; round < rounds && len(wrong) == 0; round++ {
 		wrong = crowd(sorted, round)

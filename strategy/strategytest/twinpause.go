@@ -119,10 +119,10 @@ func openPaused(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	stock = pauseRounds(name, total)
 	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: pool, Nodes: nodes, Stock: stock})
 	if err != nil {
-		pool.Close()
+		closeKitPool(pool)
 		t.Fatalf("Open: %v", err)
 	}
-	return tr, dep, stock, func() { _ = dep.Close(); pool.Close() }
+	return tr, dep, stock, func() { _ = dep.Close(); closeKitPool(pool) }
 }
 
 // pausedPool is db's pool again, with a pauseTracer on its connections.
