@@ -59,6 +59,16 @@ func openForRestart(ctx context.Context, t tester, meta strategy.Meta, db *pgxpo
 	return dep, restarter, a, b
 }
 
+// openOneSKUForSessions is openOneSKU for a check about attempts held
+// open: it returns node 0's SessionOpener too, and skips the check for a
+// strategy without them. The caller closes the deployment.
+func openOneSKUForSessions(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[strategy.Resource]string, prefix string, total int) (strategy.Deployment, strategy.SessionOpener, string) {
+	t.Helper()
+	sku := kitSKU(prefix)
+	dep, opener := openForSessions(ctx, t, meta, strategy.Config{Resources: rs, DB: db, Stock: []strategy.Stock{{SKU: sku, Total: total}}})
+	return dep, opener, sku
+}
+
 // openForSessions opens cfg for a check about attempts held open, and
 // returns the deployment (the caller closes it) and node 0's SessionOpener;
 // it skips the check for a strategy without them.

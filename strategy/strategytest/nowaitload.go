@@ -138,12 +138,8 @@ func checkNoWaitBesideCaseTwin(t tester, meta strategy.Meta, db, admin *pgxpool.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dep, sku := openOneSKU(ctx, t, meta, db, rs, "nowait-twin", 1)
+	dep, opener, sku := openOneSKUForSessions(ctx, t, meta, db, rs, "nowait-twin", 1)
 	defer dep.Close()
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	held := strategy.Request{Key: "Kit-NoWait-Twin-" + sku, User: "kit-nowait-twin-1", SKU: sku, TTL: time.Hour}
 	s, backends := holdInSession(ctx, t, opener, held, "Session.Reserve of the last unit of a SKU of 1")
 	defer func() { _ = s.Rollback(context.Background()) }()

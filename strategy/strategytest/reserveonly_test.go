@@ -29,7 +29,10 @@ func TestKitPassesReserveOnly(t *testing.T) {
 }
 
 // reserveOnly is m whose nodes offer Reserve and Lookup and nothing else,
-// and whose deployment offers Node, Audit, Close and Restart.
+// and whose deployment offers Node, Audit, Close and Restart. The negative
+// controls have their own (compare/internal/controls' reserveOnlyMeta,
+// without Restart), which this package cannot import: it is internal to
+// compare, and the kit must not depend on compare.
 func reserveOnly(m strategy.Meta) strategy.Meta {
 	open := m.Open
 	m.Name += "-reserve-only"

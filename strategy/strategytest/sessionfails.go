@@ -27,12 +27,8 @@ func checkSessionStatementFails(t tester, meta strategy.Meta, db, admin *pgxpool
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const total = 2
-	dep, sku := openOneSKU(ctx, t, meta, db, rs, "session-fails", total)
+	dep, opener, sku := openOneSKUForSessions(ctx, t, meta, db, rs, "session-fails", total)
 	defer dep.Close()
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
-	if !ok {
-		t.Skip("no attempt held open (strategy.SessionOpener)")
-	}
 	first := strategy.Request{Key: "kit-session-fails-1-" + sku, User: "kit-session-fails-1", SKU: sku, TTL: time.Hour}
 	second := strategy.Request{Key: "kit-session-fails-2-" + sku, User: "kit-session-fails-2", SKU: sku, TTL: time.Hour}
 	// The trigger goes on before the attempt begins, and comes off once
