@@ -102,6 +102,12 @@ type Options struct {
 	// unit either ("make sure before saying so"), and an empty answer when
 	// a unit came back in between (outsider round 46's m01).
 	SoldOutOnlyIfStillNone bool
+	// SessionForgetsRefusal is a deliberate mistake, for the negative
+	// control ctl-session-forgets-refusal: an attempt held open explains
+	// a refused insert from sqlWhyNot's reading alone, as if nothing had
+	// been tried; a unit given back between the refusal and that reading
+	// leaves an empty answer with no error (outsider round 55's m09).
+	SessionForgetsRefusal bool
 	// WhyNotFoldsUser and WhyNotFoldsKey are deliberate mistakes, for the
 	// negative controls ctl-why-not-folds-user and ctl-why-not-folds-key:
 	// the reading that explains a refused insert finds the user's
@@ -186,7 +192,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -228,6 +234,7 @@ type Deployment struct {
 	cancelIsSoldOut          bool // Options.CancelIsSoldOut
 	hintReplaysByUser        bool // Options.HintReplaysByUser
 	soldOutOnlyIfStillNone   bool // Options.SoldOutOnlyIfStillNone
+	sessionForgetsRefusal    bool // Options.SessionForgetsRefusal
 	whyNotFoldsUser          bool // Options.WhyNotFoldsUser
 	whyNotFoldsKey           bool // Options.WhyNotFoldsKey
 

@@ -76,7 +76,11 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if werr != nil {
 			return strategy.Result{}, werr
 		}
-		res, _, err := w.answer(req, err)
+		refusal := err
+		if s.d.sessionForgetsRefusal {
+			refusal = nil // the mistake
+		}
+		res, _, err := w.answer(req, refusal)
 		return res, err
 	})
 	if err != nil {

@@ -222,7 +222,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkKeyBehindLastUnit(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkKeyBehindLastUnit"},
 		{"the twin of a request held open, paused after each of its statements in turn while the request commits, is REPLAY",
 			func(r tester) { checkTwinBetweenStatements(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTwinBetweenStatements"},
-		{"a new request for a SKU whose one unit is held, paused after each of its statements in turn while the holder releases the unit, is HELD or SOLD_OUT",
+		{"a new request for a SKU whose one unit is held, paused after each of its statements in turn while the holder releases the unit, is HELD or SOLD_OUT, also inside an attempt held open",
 			func(r tester) { checkUnitBackBetweenStatements(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkUnitBackBetweenStatements"},
 		{"a new request that waits behind an attempt held open with the SKU's last unit is not answered SOLD_OUT once the attempt rolls back",
 			func(r tester) { checkNewBehindLastUnitRolledBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkNewBehindLastUnitRolledBack"},

@@ -58,6 +58,18 @@ func init() {
 // get through, and pgx gives up this long after asking.
 const darkDeadline = 200 * time.Millisecond
 
+// recoverDeadline bounds each request sent once the proxy heals, until one
+// is served: a node that never serves again (combine's batch blocked on
+// delivering an answer to a caller that gave up in the dark, outsider round
+// 56's m05) would otherwise hold the first of them until the scenario's
+// own deadline, minutes later. recoverTries and recoverWithin bound how
+// many such requests, and how long, a pool may take to serve again.
+const (
+	recoverDeadline = 10 * time.Second
+	recoverTries    = 20
+	recoverWithin   = 30 * time.Second
+)
+
 // runPartition puts a proxy (pgtest/pgproxy) between the strategy and
 // PostgreSQL: the trial's deployment is replaced by one attached through
 // it (Meta.Attach, as a node process that reaches the database over the
@@ -254,15 +266,19 @@ func (t *trial) partitionDark(ctx context.Context, p *pgproxy.Proxy, label strin
 	failed := 0
 	var recovery time.Duration
 	for i := 0; ; i++ {
-		op := t.reserve(ctx, "recover", i, strategy.Request{
+		rctx, cancel := context.WithTimeout(ctx, recoverDeadline)
+		op := t.reserve(rctx, "recover", i, strategy.Request{
 			Key: t.key(fmt.Sprintf("recover-%02d", i)), User: t.user(fmt.Sprintf("user-recover-%02d", i)), SKU: sku, TTL: strategy.TTLForever})
+		cancel()
 		if op.Type == OpOK {
 			recovery = time.Since(healed)
 			break
 		}
 		failed++
-		if i >= 20 {
-			return nil, nil, fmt.Errorf("the pool did not serve again within 20 requests after the partition healed")
+		if i >= recoverTries || time.Since(healed) > recoverWithin {
+			t.check(Base, fmt.Sprintf("once a partition heals, a request is served again within %d requests and %v (each given %v)", recoverTries, recoverWithin, recoverDeadline), false,
+				fmt.Sprintf("%d requests failed after it healed, the last: %s %s", failed, op.Outcome, op.Err))
+			return nil, nil, fmt.Errorf("the pool did not serve again within %d requests and %v after the partition healed", recoverTries, recoverWithin)
 		}
 	}
 	for _, op := range t.hist.Ops() {
