@@ -108,6 +108,13 @@ type Options struct {
 	// been tried; a unit given back between the refusal and that reading
 	// leaves an empty answer with no error (outsider round 55's m09).
 	SessionForgetsRefusal bool
+	// SessionAtDefaultIsolation is a deliberate mistake, for the negative
+	// control ctl-session-default-isolation: an attempt held open begins
+	// at the server's default level, not READ COMMITTED by name; on a
+	// database whose default a DBA set to REPEATABLE READ, its UPDATE of a
+	// stock row changed after its first statement fails with 40001
+	// (outsider round 55's m10).
+	SessionAtDefaultIsolation bool
 	// WhyNotFoldsUser and WhyNotFoldsKey are deliberate mistakes, for the
 	// negative controls ctl-why-not-folds-user and ctl-why-not-folds-key:
 	// the reading that explains a refused insert finds the user's
@@ -192,7 +199,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -225,18 +232,19 @@ type Deployment struct {
 
 	soldOutFromMemory bool // Options.SoldOutFromMemory
 
-	whyNotOutsideSession     bool // Options.WhyNotOutsideSession
-	expiryHealsCount         bool // Options.ExpiryHealsCount
-	confirmGivesUp           bool // Options.ConfirmGivesUp
-	confirmDeadline          bool // Options.ConfirmDeadline
-	whyNotCountsEnded        bool // Options.WhyNotCountsEnded
-	invisibleConflictSoldOut bool // Options.InvisibleConflictSoldOut
-	cancelIsSoldOut          bool // Options.CancelIsSoldOut
-	hintReplaysByUser        bool // Options.HintReplaysByUser
-	soldOutOnlyIfStillNone   bool // Options.SoldOutOnlyIfStillNone
-	sessionForgetsRefusal    bool // Options.SessionForgetsRefusal
-	whyNotFoldsUser          bool // Options.WhyNotFoldsUser
-	whyNotFoldsKey           bool // Options.WhyNotFoldsKey
+	whyNotOutsideSession      bool // Options.WhyNotOutsideSession
+	expiryHealsCount          bool // Options.ExpiryHealsCount
+	confirmGivesUp            bool // Options.ConfirmGivesUp
+	confirmDeadline           bool // Options.ConfirmDeadline
+	whyNotCountsEnded         bool // Options.WhyNotCountsEnded
+	invisibleConflictSoldOut  bool // Options.InvisibleConflictSoldOut
+	cancelIsSoldOut           bool // Options.CancelIsSoldOut
+	hintReplaysByUser         bool // Options.HintReplaysByUser
+	soldOutOnlyIfStillNone    bool // Options.SoldOutOnlyIfStillNone
+	sessionForgetsRefusal     bool // Options.SessionForgetsRefusal
+	sessionAtDefaultIsolation bool // Options.SessionAtDefaultIsolation
+	whyNotFoldsUser           bool // Options.WhyNotFoldsUser
+	whyNotFoldsKey            bool // Options.WhyNotFoldsKey
 
 	retries atomic.Int64
 }

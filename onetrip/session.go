@@ -30,7 +30,11 @@ func (n *node) OpenExpirySession(ctx context.Context) (strategy.ExpirySession, e
 }
 
 func (n *node) openSession(ctx context.Context) (*session, error) {
-	tx, err := n.BeginTx(ctx, n.d.db, Name, pgx.ReadCommitted, pgstrategy.TxHooks{})
+	level := pgx.ReadCommitted
+	if n.d.sessionAtDefaultIsolation {
+		level = "" // the mistake: the server's default
+	}
+	tx, err := n.BeginTx(ctx, n.d.db, Name, level, pgstrategy.TxHooks{})
 	if err != nil {
 		return nil, err
 	}

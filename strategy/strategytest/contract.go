@@ -104,7 +104,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkPlainBesideSession(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkPlainBesideSession"},
 		{"one attempt held open reserves 2 units of a SKU of 4 (one sold before), for two users, with nobody else asking, sends the sold key again (REPLAY), and rolls back: both units come back, none for the REPLAY; another does the same: HELD twice, then REPLAY of its first key and USER_LIMIT for a new key of that user, then HELD for the last unit and SOLD_OUT for one more, and all three hold once it commits",
 			func(r tester) { checkTwoOfOneSKUInSession(r, t.env.Meta, t.env.DB, rs) }, Base, "checkTwoOfOneSKUInSession"},
-		{"the same where the database's default isolation is REPEATABLE READ (a DBA's ALTER DATABASE ... SET default_transaction_isolation): a strategy written for READ COMMITTED says so in its BEGIN",
+		{"the same where the database's default isolation is REPEATABLE READ (a DBA's ALTER DATABASE ... SET default_transaction_isolation): a strategy written for READ COMMITTED says so in its BEGIN, its attempts held open too (one asks for a SKU a plain request took a unit of after its first statement: HELD, and its COMMIT keeps both)",
 			func(r tester) { checkAtDefaultIsolation(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAtDefaultIsolation"},
 		{"two requests waiting together behind an attempt that commits a reservation for the first one's user: the first is refused, the second gets the unit that is left (never SOLD_OUT while a unit is left)",
 			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reservebench/reservebench/strategy"
@@ -41,4 +42,54 @@ func checkAtDefaultIsolation(t tester, meta strategy.Meta, db, admin *pgxpool.Po
 		t.Fatalf("the pool's default isolation is %q (%v), want %q", got, err, defaultIsolation)
 	}
 	checkPlainBesideSession(t, meta, pool, admin, rs)
+	if meta.Isolation == string(pgx.ReadCommitted) {
+		attemptSeesLaterCommit(ctx, t, meta, pool, rs)
+	}
+}
+
+// attemptSeesLaterCommit: an attempt held open, on a pool whose default
+// is defaultIsolation, reserves a unit of one SKU (its first statement: a
+// snapshot, where the attempt runs at the default level), then a plain
+// request takes a unit of a second SKU of 2, and the attempt asks for that
+// SKU: HELD, and its COMMIT keeps both. An attempt that begins at the
+// server's default level fails there with 40001 (its UPDATE meets a row
+// changed after its snapshot) and its COMMIT turns into a ROLLBACK, while
+// the plain pair of checkPlainBesideSession passes: onetrip's attempts
+// begun without a level passed the kit (outsider round 55's m10). Only for
+// a strategy whose Meta.Isolation is READ COMMITTED: one that runs at
+// REPEATABLE READ or SERIALIZABLE fails there by design.
+func attemptSeesLaterCommit(ctx context.Context, t tester, meta strategy.Meta, pool *pgxpool.Pool, rs map[strategy.Resource]string) {
+	t.Helper()
+	first, second := kitSKU("default-iso-a"), kitSKU("default-iso-b")
+	dep, opener := openForSessions(ctx, t, meta, strategy.Config{Resources: rs, DB: pool, Stock: []strategy.Stock{{SKU: first, Total: 2}, {SKU: second, Total: 2}}})
+	defer dep.Close()
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	defer func() { _ = s.Rollback(ctx) }()
+	req := func(name, sku string) strategy.Request {
+		return strategy.Request{Key: "kit-di-" + name + "-" + sku, User: "kit-di-" + name + "-" + sku, SKU: sku, TTL: time.Hour}
+	}
+	if res, err := s.Reserve(ctx, req("attempt", first)); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("the attempt's first request (%s, 2 units): %s, %v; want HELD", first, res.Outcome, err)
+	}
+	holdForCheck(ctx, t, dep.Node(0), req("plain", second))
+	if res, err := s.Reserve(ctx, req("attempt", second)); err != nil || res.Outcome != strategy.OutcomeHeld {
+		t.Fatalf("on a database whose default isolation is %s, an attempt held open that reserved a unit of %s, then asks for %s (2 units) after a plain request took one: %s, %v; want HELD (an attempt written for READ COMMITTED names its level: at the default level its snapshot predates the plain request)",
+			defaultIsolation, first, second, res.Outcome, err)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatalf("Commit of the attempt (one unit of each SKU): %v", err)
+	}
+	list, err := dep.Audit(ctx)
+	if err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+	for _, a := range list {
+		want := map[string]int{first: 1, second: 2}[a.SKU]
+		if a.Active != want || a.Drift() != 0 {
+			t.Errorf("after the attempt committed, %s: %d active, drift %d; want %d and 0", a.SKU, a.Active, a.Drift(), want)
+		}
+	}
 }
