@@ -88,3 +88,23 @@ func (t *trial) lateGrace() time.Duration {
 	}
 	return returnGrace
 }
+
+// givenUpAnswer is the answer on done of a call whose caller has just
+// given up on it, waited for at most returnGrace: a call that ignores its
+// context would otherwise hold the check, and the contract with it, until
+// the cell's own deadline minutes later (outsider round 55's m17, an
+// insert sent without its caller's cancellation, held by the kit's
+// trigger, hung checkSessionInsertGivenUp). Past that the check fails;
+// the call is left where it hangs.
+func givenUpAnswer[A any](t tester, done <-chan A, what string) A {
+	t.Helper()
+	timer := time.NewTimer(returnGrace)
+	defer timer.Stop()
+	select {
+	case a := <-done:
+		return a
+	case <-timer.C:
+		t.Fatalf("%s: still running %v after its caller gave up (its context cancelled); a call returns once its caller gives up", what, returnGrace)
+		panic("unreachable: Fatalf ends the check")
+	}
+}

@@ -226,7 +226,7 @@ func checkResendGivenUpThenRestarted(t tester, meta strategy.Meta, db, admin *pg
 		t.Fatalf("the resend of %q through node 1 while the tables are held: %v", req.Key, err)
 	}
 	giveUp()
-	r := <-resend
+	r := givenUpAnswer(t, resend, fmt.Sprintf("the resend of %q through node 1", req.Key))
 	restarted := restartLettingGo(ctx, &box, restarter, 1, release)
 	release = func() {}
 	a := <-first

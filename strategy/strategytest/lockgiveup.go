@@ -66,7 +66,7 @@ func checkGivenUpLeavesLock(t tester, meta strategy.Meta, db, admin *pgxpool.Poo
 	})
 	stop()
 	giveUp()
-	<-done
+	givenUpAnswer(t, done, "a request waiting for its SKU's lock")
 	box.rethrow()
 	if !waits {
 		t.Skip("the request did not report a wait for the lock (strategy.LockWait)")

@@ -67,7 +67,7 @@ func orphanAtCommit(ctx context.Context, t tester, p *pgproxy.Proxy, admin *pgxp
 		t.Skip(fmt.Sprintf("%s was answered (%s) without being seen at a COMMIT after writing a row naming its key: no orphan to make", what, summary(a)))
 	}
 	giveUp()
-	first := <-done
+	first := givenUpAnswer(t, done, what)
 	box.rethrow()
 	kept = true
 	return orphan{hold: hold, pid: pid, first: first}

@@ -2,6 +2,7 @@ package strategytest
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,6 +47,9 @@ func checkSessionInsertGivenUp(t tester, meta strategy.Meta, db, admin *pgxpool.
 		t.Fatalf("OpenSession: %v", err)
 	}
 	defer func() { _ = session.Rollback(context.Background()) }()
+	// Before the Rollback: a write that ignores its caller's give-up waits
+	// for the hold, and the attempt's Rollback for that write.
+	defer hold.release()
 	if res, err := session.Reserve(ctx, req("1")); err != nil || res.Outcome != strategy.OutcomeHeld {
 		t.Fatalf("Session.Reserve on a fresh SKU of 2: %s, %v; want HELD", res.Outcome, err)
 	}
@@ -64,7 +68,7 @@ func checkSessionInsertGivenUp(t tester, meta strategy.Meta, db, admin *pgxpool.
 		t.Skip("an attempt's request writes no row naming its key, as it was sent, before it answers: nothing to hold it by")
 	}
 	giveUp()
-	gaveUp := <-done
+	gaveUp := givenUpAnswer(t, done, fmt.Sprintf("Session.Reserve %q, its write held", second.Key))
 	hold.release()
 	// The give-up closed the attempt's connection (pgx's answer to a
 	// cancelled statement): its Rollback may fail, and the server rolls the

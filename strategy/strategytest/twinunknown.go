@@ -78,7 +78,7 @@ func twinUnknown(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, rs map[s
 		t.Fatalf("backends waiting for the attempt: %v", err)
 	}
 	giveUp()
-	a := <-twin
+	a := givenUpAnswer(t, twin, "the same request on node 0, waiting behind the attempt on node 1")
 	if a.err == nil && a.res.Outcome == strategy.OutcomeHeld {
 		t.Errorf("the same request on node 0, its client gone while it waited behind the attempt on node 1: HELD, want an error or a refusal")
 	}
