@@ -115,6 +115,14 @@ type Options struct {
 	// stock row changed after its first statement fails with 40001
 	// (outsider round 55's m10).
 	SessionAtDefaultIsolation bool
+	// WhyNotKeyLike and SessionWhyNotTrimsUser are deliberate mistakes,
+	// for the negative controls ctl-why-not-key-like and
+	// ctl-session-why-not-trims-user: the reading that explains a refused
+	// insert finds the key's owner with LIKE (the key a pattern), or, in an
+	// attempt held open only, the user's reservations with the user
+	// trimmed of spaces, where the unique indexes compare exactly
+	// (outsider round 55's m32 and m22, m35).
+	WhyNotKeyLike, SessionWhyNotTrimsUser bool
 	// WhyNotFoldsUser and WhyNotFoldsKey are deliberate mistakes, for the
 	// negative controls ctl-why-not-folds-user and ctl-why-not-folds-key:
 	// the reading that explains a refused insert finds the user's
@@ -199,7 +207,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotKeyLike: opts.WhyNotKeyLike, sessionWhyNotTrimsUser: opts.SessionWhyNotTrimsUser, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -243,6 +251,8 @@ type Deployment struct {
 	soldOutOnlyIfStillNone    bool // Options.SoldOutOnlyIfStillNone
 	sessionForgetsRefusal     bool // Options.SessionForgetsRefusal
 	sessionAtDefaultIsolation bool // Options.SessionAtDefaultIsolation
+	whyNotKeyLike             bool // Options.WhyNotKeyLike
+	sessionWhyNotTrimsUser    bool // Options.SessionWhyNotTrimsUser
 	whyNotFoldsUser           bool // Options.WhyNotFoldsUser
 	whyNotFoldsKey            bool // Options.WhyNotFoldsKey
 

@@ -97,6 +97,12 @@ var (
 	// sqlWhyNotFoldsKey is sqlWhyNot with Options.WhyNotFoldsKey's
 	// mistake: the key's owner is found ignoring case.
 	sqlWhyNotFoldsKey = mustReplace(sqlWhyNot, "k.request_key = $1", "lower(k.request_key) = lower($1)")
+	// sqlWhyNotKeyLike is sqlWhyNot with Options.WhyNotKeyLike's mistake:
+	// the key's owner is found with LIKE, the key a pattern.
+	sqlWhyNotKeyLike = mustReplace(sqlWhyNot, "k.request_key = $1", "k.request_key LIKE $1")
+	// sqlWhyNotTrimsUser is sqlWhyNot with Options.SessionWhyNotTrimsUser's
+	// mistake: the user's reservations are found with the user trimmed.
+	sqlWhyNotTrimsUser = mustReplace(sqlWhyNot, "a.user_id = $3", "a.user_id = btrim($3)")
 )
 
 // mustReplace is s with old replaced by new, which must be in it once.
@@ -166,11 +172,6 @@ type whyNot struct {
 }
 
 func (d *Deployment) readWhyNot(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
-	var (
-		w                 whyNot
-		user, sku, status *string
-		expires           *time.Time
-	)
 	sql := sqlWhyNot
 	switch {
 	case d.whyNotCountsEnded:
@@ -179,7 +180,19 @@ func (d *Deployment) readWhyNot(ctx context.Context, q querier, req strategy.Req
 		sql = sqlWhyNotFoldsUser
 	case d.whyNotFoldsKey:
 		sql = sqlWhyNotFoldsKey
+	case d.whyNotKeyLike:
+		sql = sqlWhyNotKeyLike
 	}
+	return readWhyNotWith(ctx, q, sql, req)
+}
+
+// readWhyNotWith reads sql, sqlWhyNot or one of its mistaken forms.
+func readWhyNotWith(ctx context.Context, q querier, sql string, req strategy.Request) (whyNot, error) {
+	var (
+		w                 whyNot
+		user, sku, status *string
+		expires           *time.Time
+	)
 	if err := q.QueryRow(ctx, sql, req.Key, req.SKU, req.User).Scan(&user, &sku, &status, &expires, &w.holds, &w.hasUnit); err != nil {
 		return w, fmt.Errorf("look up why not held: %w", err)
 	}

@@ -76,7 +76,13 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if s.d.whyNotOutsideSession {
 			q = s.d.db
 		}
-		w, werr := s.d.readWhyNot(ctx, q, req)
+		read := s.d.readWhyNot
+		if s.d.sessionWhyNotTrimsUser {
+			read = func(ctx context.Context, q querier, req strategy.Request) (whyNot, error) {
+				return readWhyNotWith(ctx, q, sqlWhyNotTrimsUser, req) // the mistake
+			}
+		}
+		w, werr := read(ctx, q, req)
 		if werr != nil {
 			return strategy.Result{}, werr
 		}

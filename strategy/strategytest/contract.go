@@ -168,7 +168,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkBigTotal(r, t.env.Meta, t.env.DB, rs) }, Base, "checkBigTotal"},
 		{"stock split evenly over 3, 4 or 5 nodes gives each node its strategy.ShareOf and sells at most the total",
 			func(r tester) { checkEvenSplit(r, t.env.Meta, t.env.DB, rs) }, strategy.NoOversell, "checkEvenSplit"},
-		{"keys, users and SKUs that differ only in case, spaces at either end, Unicode normal form or compatibility form (width, ligatures), a dash or a character of no width, a UUID's spelling, or as aliases of one e-mail inbox are different, and a key that matches another as a LIKE, glob or regular-expression pattern is another key",
+		{"keys, users and SKUs that differ only in case, spaces at either end, Unicode normal form or compatibility form (width, ligatures), a dash or a character of no width, a UUID's spelling, or as aliases of one e-mail inbox are different, and a key that matches another as a LIKE, glob or regular-expression pattern is another key; on a sold-out SKU, a user or key that differs from a holder's only so is SOLD_OUT, also inside an attempt held open",
 			func(r tester) { checkDistinctText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkDistinctText"},
 		{"keys, users and SKUs are whole values: a user whose name joined to a SKU reads like another user's with another SKU, keys and users that share a long prefix, and a SKU with a comma are each their own",
 			func(r tester) { checkJoinedText(r, t.env.Meta, t.env.DB, rs) }, Base, "checkJoinedText"},

@@ -209,13 +209,45 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 	// a holder only in case, and a new key that differs from a known one
 	// only in case, are SOLD_OUT, not USER_LIMIT or KEY_REUSED (outsider
 	// round 46's m23 and m24: a refused request was only ever a known key).
-	for _, req := range []strategy.Request{
-		{Key: "kit-sold-out-" + base, User: "kit-user-ORDER-A", SKU: skus[0], TTL: time.Hour},
-		{Key: strings.ToUpper(fmt.Sprintf("kit-%s-%d-%s", variants[0], 0, base)), User: "kit-user-sold-out", SKU: skus[0], TTL: time.Hour},
-	} {
+	// The same for a holder's user or a known key with spaces around it,
+	// or with LIKE's `_` or `%` in place of some of it (round 55's m22,
+	// m31, m32: the reading trimmed the user, or compared with LIKE), and
+	// inside an attempt held open, whose refusals a strategy may explain
+	// with a reading of its own (round 55's m35).
+	known := fmt.Sprintf("kit-%s-%d-%s", variants[0], 0, base) // held by kit-user-Order-A
+	soldOut := []strategy.Request{
+		{Key: "kit-sold-out-" + base, User: "kit-user-ORDER-A"},
+		{Key: strings.ToUpper(known), User: "kit-user-sold-out"},
+		{Key: "kit-sold-out-lead-" + base, User: " kit-user-Order-A"},
+		{Key: "kit-sold-out-trail-" + base, User: "kit-user-Order-A  "},
+		{Key: "kit-sold-out-under-" + base, User: "kit-user-Order_A"},
+		{Key: "kit-sold-out-percent-" + base, User: "kit-user-Order-%"},
+		{Key: known + "  ", User: "kit-user-sold-out"},
+		{Key: " " + known, User: "kit-user-sold-out"},
+		{Key: strings.Replace(known, "Order-A", "Order_A", 1), User: "kit-user-sold-out"},
+		{Key: strings.TrimSuffix(known, base) + "%", User: "kit-user-sold-out"},
+	}
+	for i := range soldOut {
+		soldOut[i].SKU, soldOut[i].TTL = skus[0], time.Hour
+	}
+	for _, req := range soldOut {
 		if res, err := reserveUnlessBusy(ctx, node, req); err != nil || res.Outcome != strategy.OutcomeSoldOut {
-			t.Errorf("Reserve key %q, user %q on sold-out sku %q (a holder's user or a known key differs from them only in case: different): %s (reservation %q), %v; want SOLD_OUT",
+			t.Errorf("Reserve key %q, user %q on sold-out sku %q (a holder's user or a known key differs from them only in case, spaces around it, or as a LIKE pattern: different): %s (reservation %q), %v; want SOLD_OUT",
 				req.Key, req.User, req.SKU, res.Outcome, res.Reservation.Key, err)
+		}
+	}
+	if opener, ok := node.(strategy.SessionOpener); ok {
+		for _, req := range soldOut {
+			s, err := opener.OpenSession(ctx)
+			if err != nil {
+				t.Fatalf("OpenSession: %v", err)
+			}
+			res, err := s.Reserve(ctx, req)
+			_ = s.Rollback(ctx)
+			if err != nil || res.Outcome != strategy.OutcomeSoldOut {
+				t.Errorf("in an attempt held open, Reserve key %q, user %q on sold-out sku %q (a holder's user or a known key differs from them only in case, spaces around it, or as a LIKE pattern: different): %s (reservation %q), %v; want SOLD_OUT",
+					req.Key, req.User, req.SKU, res.Outcome, res.Reservation.Key, err)
+			}
 		}
 	}
 	list, err := dep.Audit(ctx)
