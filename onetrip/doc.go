@@ -41,8 +41,11 @@
 //   - a known key, or an active reservation of the same user and SKU: the
 //     insert fails on one of the two unique indexes (23505);
 //   - no unit: the decrement fails the stock row's CHECK (available >= 0,
-//     SQLSTATE 23514). The CHECK is evaluated on the newest version, after
-//     a decrement in flight was waited for.
+//     SQLSTATE 23514). PostgreSQL evaluates the CHECK before it writes the
+//     row: on the statement's snapshot first (no unit there fails at once,
+//     without waiting for a release in flight: SOLD_OUT is true of that
+//     snapshot), and again on the newest version once a decrement in
+//     flight was waited for.
 //
 // A second statement, sqlWhyNot, in a new snapshot, then gives the answer
 // in hotrow's order: the reservation that owns the key (REPLAY, or

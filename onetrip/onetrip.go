@@ -123,6 +123,15 @@ type Options struct {
 	// trimmed of spaces, where the unique indexes compare exactly
 	// (outsider round 55's m32 and m22, m35).
 	WhyNotKeyLike, SessionWhyNotTrimsUser bool
+	// SessionInvisibleConflictSoldOut is InvisibleConflictSoldOut in an
+	// attempt held open only, for the negative control
+	// ctl-session-invisible-conflict-sold-out (outsider round 55's m33).
+	SessionInvisibleConflictSoldOut bool
+	// SessionReplaysByUser is a deliberate mistake, for the negative
+	// control ctl-session-replays-by-user: an attempt held open answers a
+	// refused key of the same user REPLAY, whatever SKU it was sold for,
+	// where it is KEY_REUSED (outsider round 55's m38).
+	SessionReplaysByUser bool
 	// WhyNotFoldsUser and WhyNotFoldsKey are deliberate mistakes, for the
 	// negative controls ctl-why-not-folds-user and ctl-why-not-folds-key:
 	// the reading that explains a refused insert finds the user's
@@ -207,7 +216,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotKeyLike: opts.WhyNotKeyLike, sessionWhyNotTrimsUser: opts.SessionWhyNotTrimsUser, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotKeyLike: opts.WhyNotKeyLike, sessionWhyNotTrimsUser: opts.SessionWhyNotTrimsUser, sessionInvisibleConflictSoldOut: opts.SessionInvisibleConflictSoldOut, sessionReplaysByUser: opts.SessionReplaysByUser, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -240,21 +249,23 @@ type Deployment struct {
 
 	soldOutFromMemory bool // Options.SoldOutFromMemory
 
-	whyNotOutsideSession      bool // Options.WhyNotOutsideSession
-	expiryHealsCount          bool // Options.ExpiryHealsCount
-	confirmGivesUp            bool // Options.ConfirmGivesUp
-	confirmDeadline           bool // Options.ConfirmDeadline
-	whyNotCountsEnded         bool // Options.WhyNotCountsEnded
-	invisibleConflictSoldOut  bool // Options.InvisibleConflictSoldOut
-	cancelIsSoldOut           bool // Options.CancelIsSoldOut
-	hintReplaysByUser         bool // Options.HintReplaysByUser
-	soldOutOnlyIfStillNone    bool // Options.SoldOutOnlyIfStillNone
-	sessionForgetsRefusal     bool // Options.SessionForgetsRefusal
-	sessionAtDefaultIsolation bool // Options.SessionAtDefaultIsolation
-	whyNotKeyLike             bool // Options.WhyNotKeyLike
-	sessionWhyNotTrimsUser    bool // Options.SessionWhyNotTrimsUser
-	whyNotFoldsUser           bool // Options.WhyNotFoldsUser
-	whyNotFoldsKey            bool // Options.WhyNotFoldsKey
+	whyNotOutsideSession            bool // Options.WhyNotOutsideSession
+	expiryHealsCount                bool // Options.ExpiryHealsCount
+	confirmGivesUp                  bool // Options.ConfirmGivesUp
+	confirmDeadline                 bool // Options.ConfirmDeadline
+	whyNotCountsEnded               bool // Options.WhyNotCountsEnded
+	invisibleConflictSoldOut        bool // Options.InvisibleConflictSoldOut
+	cancelIsSoldOut                 bool // Options.CancelIsSoldOut
+	hintReplaysByUser               bool // Options.HintReplaysByUser
+	soldOutOnlyIfStillNone          bool // Options.SoldOutOnlyIfStillNone
+	sessionForgetsRefusal           bool // Options.SessionForgetsRefusal
+	sessionAtDefaultIsolation       bool // Options.SessionAtDefaultIsolation
+	whyNotKeyLike                   bool // Options.WhyNotKeyLike
+	sessionWhyNotTrimsUser          bool // Options.SessionWhyNotTrimsUser
+	sessionInvisibleConflictSoldOut bool // Options.SessionInvisibleConflictSoldOut
+	sessionReplaysByUser            bool // Options.SessionReplaysByUser
+	whyNotFoldsUser                 bool // Options.WhyNotFoldsUser
+	whyNotFoldsKey                  bool // Options.WhyNotFoldsKey
 
 	retries atomic.Int64
 }

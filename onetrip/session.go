@@ -86,11 +86,17 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		if werr != nil {
 			return strategy.Result{}, werr
 		}
+		if s.d.sessionReplaysByUser && w.ownerSet && w.owner.User == req.User {
+			return strategy.Result{Outcome: strategy.OutcomeReplay, Reservation: w.owner}, nil // the mistake
+		}
 		refusal := err
 		if s.d.sessionForgetsRefusal {
 			refusal = nil // the mistake
 		}
 		res, _, err := w.answer(req, refusal)
+		if s.d.sessionInvisibleConflictSoldOut && errors.Is(err, errInvisibleConflict) {
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake
+		}
 		return res, err
 	})
 	if err != nil {

@@ -249,6 +249,20 @@ func checkDistinctText(t tester, meta strategy.Meta, db *pgxpool.Pool, rs map[st
 					req.Key, req.User, req.SKU, res.Outcome, res.Reservation.Key, err)
 			}
 		}
+		// A known key sent by its own user for another SKU, inside an
+		// attempt: KEY_REUSED, as on the plain path (round 55's m38 answered
+		// REPLAY there).
+		s, err := opener.OpenSession(ctx)
+		if err != nil {
+			t.Fatalf("OpenSession: %v", err)
+		}
+		req := strategy.Request{Key: known, User: "kit-user-" + variants[0], SKU: skus[1], TTL: time.Hour}
+		res, err := s.Reserve(ctx, req)
+		_ = s.Rollback(ctx)
+		if err != nil || res.Outcome != strategy.OutcomeKeyReused || res.Reservation.SKU != skus[0] {
+			t.Errorf("in an attempt held open, Reserve key %q again, by its user, for sku %q (it was held for %q): %s (reservation of sku %q), %v; want KEY_REUSED with the reservation it names",
+				req.Key, req.SKU, skus[0], res.Outcome, res.Reservation.SKU, err)
+		}
 	}
 	list, err := dep.Audit(ctx)
 	if err != nil {
