@@ -132,6 +132,11 @@ type Options struct {
 	// refused key of the same user REPLAY, whatever SKU it was sold for,
 	// where it is KEY_REUSED (outsider round 55's m38).
 	SessionReplaysByUser bool
+	// MakeDueAnySKU is a deliberate mistake, for the negative control
+	// ctl-make-due-any-sku: MakeDue ages the HELD reservations with the
+	// keys it is given whatever their SKU, another deployment's too
+	// (outsider round 55's m27).
+	MakeDueAnySKU bool
 	// WhyNotFoldsUser and WhyNotFoldsKey are deliberate mistakes, for the
 	// negative controls ctl-why-not-folds-user and ctl-why-not-folds-key:
 	// the reading that explains a refused insert finds the user's
@@ -216,7 +221,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 }
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
-	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotKeyLike: opts.WhyNotKeyLike, sessionWhyNotTrimsUser: opts.SessionWhyNotTrimsUser, sessionInvisibleConflictSoldOut: opts.SessionInvisibleConflictSoldOut, sessionReplaysByUser: opts.SessionReplaysByUser, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
+	d := &Deployment{db: cfg.DB, maxRetries: opts.maxRetries(), soldOutFromMemory: opts.SoldOutFromMemory, whyNotOutsideSession: opts.WhyNotOutsideSession, expiryHealsCount: opts.ExpiryHealsCount, confirmGivesUp: opts.ConfirmGivesUp, confirmDeadline: opts.ConfirmDeadline, whyNotCountsEnded: opts.WhyNotCountsEnded, invisibleConflictSoldOut: opts.InvisibleConflictSoldOut, cancelIsSoldOut: opts.CancelIsSoldOut, hintReplaysByUser: opts.HintReplaysByUser, soldOutOnlyIfStillNone: opts.SoldOutOnlyIfStillNone, sessionForgetsRefusal: opts.SessionForgetsRefusal, sessionAtDefaultIsolation: opts.SessionAtDefaultIsolation, whyNotKeyLike: opts.WhyNotKeyLike, sessionWhyNotTrimsUser: opts.SessionWhyNotTrimsUser, sessionInvisibleConflictSoldOut: opts.SessionInvisibleConflictSoldOut, sessionReplaysByUser: opts.SessionReplaysByUser, makeDueAnySKU: opts.MakeDueAnySKU, whyNotFoldsUser: opts.WhyNotFoldsUser, whyNotFoldsKey: opts.WhyNotFoldsKey, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}
 	d.Handles = pgstrategy.NewHandles(Name, cfg.NodeCount(), func(h *pgstrategy.Handle) strategy.Strategy {
 		return &node{Handle: h, d: d, soldOut: newSoldOutHints(d.skus)}
 	})
@@ -264,6 +269,7 @@ type Deployment struct {
 	sessionWhyNotTrimsUser          bool // Options.SessionWhyNotTrimsUser
 	sessionInvisibleConflictSoldOut bool // Options.SessionInvisibleConflictSoldOut
 	sessionReplaysByUser            bool // Options.SessionReplaysByUser
+	makeDueAnySKU                   bool // Options.MakeDueAnySKU
 	whyNotFoldsUser                 bool // Options.WhyNotFoldsUser
 	whyNotFoldsKey                  bool // Options.WhyNotFoldsKey
 
@@ -299,8 +305,21 @@ func (d *Deployment) Audit(ctx context.Context) ([]strategy.StockAudit, error) {
 // SKUs) due, as seed 000 does to simulate expiry, and returns how many it
 // moved.
 func (d *Deployment) MakeDue(ctx context.Context, keys []string) (int, error) {
+	if d.makeDueAnySKU {
+		tag, err := d.db.Exec(ctx, sqlMakeDueAnySKU, keys) // the mistake
+		if err != nil {
+			return 0, fmt.Errorf("onetrip: make due: %w", err)
+		}
+		return int(tag.RowsAffected()), nil
+	}
 	return moves.MakeDue(ctx, d.db, keys, d.skus)
 }
+
+// sqlMakeDueAnySKU is Options.MakeDueAnySKU's mistake: MakeDue without its
+// SKU filter.
+const sqlMakeDueAnySKU = `
+UPDATE onetrip_reservation SET expires_at = now() - interval '400 days', updated_at = now()
+WHERE request_key = ANY($1) AND status = 'HELD'`
 
 // node is one handle on the deployment; its Handle says whether it was
 // restarted or closed.

@@ -590,6 +590,22 @@ func checkScope(ctx context.Context, t tester, meta strategy.Meta, db *pgxpool.P
 	if r, err := dep.Node(0).Lookup(ctx, keys[0]); err != nil || r.Status != strategy.StatusHeld || r.SKU != sku {
 		t.Errorf("Lookup on the first deployment of %s, which the second made: %s for %q, %v; want HELD for %q (Lookup finds a key whatever deployment made it)", keys[0], r.Status, r.SKU, err, sku)
 	}
+	// MakeDue too touches only the deployment's own SKUs: outsider round
+	// 55's m27 aged another deployment's hold, which that deployment's job
+	// then expired.
+	if a, ok := dep.(strategy.Ager); ok {
+		if n, err := a.MakeDue(ctx, keys[:1]); err != nil || n != 0 {
+			t.Errorf("MakeDue on the first deployment of the second's reservation %s: %d, %v; want 0, nil", keys[0], n, err)
+		}
+		if e, ok := other.Node(0).(strategy.Expirer); ok {
+			if _, err := e.ExpireDue(ctx); err != nil {
+				t.Fatalf("ExpireDue on the second deployment: %v", err)
+			}
+			if r, err := other.Node(0).Lookup(ctx, keys[0]); err != nil || r.Status != strategy.StatusHeld {
+				t.Errorf("%s (TTL a minute), after the first deployment's MakeDue of it and the second's expiry job: %s, %v; want HELD", keys[0], r.Status, err)
+			}
+		}
+	}
 }
 
 // checkAttachBesideAttempt: a process that attaches while an attempt is

@@ -56,7 +56,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 	var keyLost redisKeyLost
 	var fresh freshDatabase
 	parts := []part{
-		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release and ExpireDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
+		{"a bad config is refused with ErrConfig and writes nothing; a SKU opens once; Confirm, Release, ExpireDue and MakeDue touch only the deployment's SKUs; Audit, Attach, Node and Restart keep their contract; a restarted or closed node answers ErrNodeClosed to every call",
 			func(r tester) { checkConfig(r, t.env.Meta, t.env.DB, rs) }, Base, "checkConfig"},
 		{"a request whose lock another takes while it waits in PostgreSQL, for longer than its watchdog's renewal, answers what it stored: HELD when its reservation is, not HELD when it is not",
 			func(r tester) { checkLockLostWhileWorking(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkLockLostWhileWorking"},
