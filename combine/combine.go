@@ -101,6 +101,11 @@ const (
 	// ("unnest keeps its order"): a request refused by a key committed
 	// while the batch waited gets the owner of another request's key.
 	WhyNotByPosition
+	// SessionRequeueSoldOut: an attempt held open answers SOLD_OUT where
+	// its batch of one would be sent back to the queue (its row did not go
+	// in, and nothing that refused it is left when it looks), though the
+	// SKU has units (outsider round 56's m15).
+	SessionRequeueSoldOut
 )
 
 func (o Options) withDefaults() Options {

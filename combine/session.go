@@ -58,6 +58,8 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 			return strategy.Result{}, err
 		case replies[0].err != nil:
 			return strategy.Result{}, replies[0].err
+		case replies[0].requeue && s.d.opts.Mistake == SessionRequeueSoldOut:
+			return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil // the mistake
 		case replies[0].requeue:
 			return strategy.Result{}, errInvisibleConflict
 		}

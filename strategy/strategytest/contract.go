@@ -150,7 +150,7 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkWritesKeepFailing(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkWritesKeepFailing"},
 		{"a Release, an expiry run, a Confirm and a Reserve whose first COMMIT fails with a serialization failure (40001) answer for the attempt that committed: 1 unit, 1 unit, true, HELD (or, answered an error, their resend does); the audit shows no drift",
 			func(r tester) { checkRetriedAtCommit(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkRetriedAtCommit"},
-		{"a request whose every insert of a row naming its key does nothing (as ON CONFLICT DO NOTHING beside a row its snapshot cannot see) is never answered SOLD_OUT on a SKU with units",
+		{"a request whose every insert of a row naming its key does nothing (as ON CONFLICT DO NOTHING beside a row its snapshot cannot see) is never answered SOLD_OUT on a SKU with units, also inside an attempt held open",
 			func(r tester) { checkWritesSkipped(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkWritesSkipped"},
 		{"a process that attaches while an attempt is held open on the stock changes nothing that attempt commits: the SKU sells no more than its total",
 			func(r tester) { checkAttachBesideAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoOversell, "checkAttachBesideAttempt"},

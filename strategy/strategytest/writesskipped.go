@@ -44,4 +44,25 @@ func checkWritesSkipped(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 		t.Errorf("Reserve %q on a SKU of %d units, every insert of a row naming the key doing nothing (as ON CONFLICT DO NOTHING does beside a row it cannot see): SOLD_OUT; want anything but SOLD_OUT (no unit was refused: BUSY or an error if the strategy gave up)",
 			req.Key, total)
 	}
+	// The same request inside an attempt held open, which answers a
+	// refusal on a path of its own (combine's attempt is a batch of one,
+	// never sent back to a queue: outsider round 56's m15 answered SOLD_OUT
+	// there).
+	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	if !ok {
+		return
+	}
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	defer func() { _ = s.Rollback(ctx) }()
+	reqCtx, reqCancel = context.WithTimeout(ctx, writesFailFor)
+	a = <-reserveAsync(reqCtx, &box, s, req)
+	reqCancel()
+	box.rethrow()
+	if a.err == nil && a.res.Outcome == strategy.OutcomeSoldOut {
+		t.Errorf("in an attempt held open, Reserve %q on a SKU of %d units, every insert of a row naming the key doing nothing: SOLD_OUT; want anything but SOLD_OUT",
+			req.Key, total)
+	}
 }
