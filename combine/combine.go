@@ -106,6 +106,10 @@ const (
 	// in, and nothing that refused it is left when it looks), though the
 	// SKU has units (outsider round 56's m15).
 	SessionRequeueSoldOut
+	// IgnoresInternalDeadline: a batch keeps Options.BatchTimeout however
+	// short strategy.Config.InternalDeadline is: a batch whose callers
+	// all gave up goes on waiting for its 30 s (outsider round 56's m13).
+	IgnoresInternalDeadline
 )
 
 func (o Options) withDefaults() Options {
@@ -192,7 +196,7 @@ func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment
 
 func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 	opts = opts.withDefaults()
-	if cfg.InternalDeadline > 0 && cfg.InternalDeadline < opts.BatchTimeout {
+	if cfg.InternalDeadline > 0 && cfg.InternalDeadline < opts.BatchTimeout && opts.Mistake != IgnoresInternalDeadline {
 		opts.BatchTimeout = cfg.InternalDeadline
 	}
 	d := &Deployment{db: cfg.DB, opts: opts, skus: cfg.SKUs(), owns: pgstrategy.NewSKUs(cfg)}

@@ -138,6 +138,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkEndedKeyWhenSoldOut(r, t.env.Meta, t.env.DB, rs) }, Base, "checkEndedKeyWhenSoldOut"},
 		{"a Lookup, Confirm, Release or expiry job (with a reservation due) that waits behind tables another transaction has locked until its caller cancels it, or until its deadline passes, returns an error, not NOT_FOUND, false or 0; so do a Restart and an Attach",
 			func(r tester) { checkBlockedCallsFail(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkBlockedCallsFail"},
+		{"a request waiting behind the strategy's locked tables, given up by its caller, leaves nothing waiting 5 s later where Config.InternalDeadline is 300 ms: work no caller bounds ends by it",
+			func(r tester) { checkInternalDeadlineKept(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkInternalDeadlineKept"},
 		{"an expiry job, a Release or a Confirm that waits behind an attempt held open on its SKU (another key), which then commits, moves its reservation once and reports it: one unit given back, or true",
 			func(r tester) { checkTransitionsBehindAttempt(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, Base, "checkTransitionsBehindAttempt"},
 		{"an expiry job run while an attempt is held open on a SKU where nothing is due (waiting for it, if it does) gives nothing back and leaves the count as the attempt's commit makes it: one unit in one reservation",
