@@ -109,7 +109,7 @@ type Options struct {
 	// leaves an empty answer with no error (outsider round 55's m09).
 	SessionForgetsRefusal bool
 	// SessionAtDefaultIsolation is a deliberate mistake, for the negative
-	// control ctl-session-default-isolation: an attempt held open begins
+	// control ctl-attempt-at-default-isolation: an attempt held open begins
 	// at the server's default level, not READ COMMITTED by name; on a
 	// database whose default a DBA set to REPEATABLE READ, its UPDATE of a
 	// stock row changed after its first statement fails with 40001

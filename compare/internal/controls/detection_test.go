@@ -246,3 +246,17 @@ func TestDetectionRates(t *testing.T) {
 	}
 	t.Logf("wrote %s:\n%s", detectionDoc, b.String())
 }
+
+// TestControlNamesUnique: a control's name is its row in table 28-1 and
+// how the kill scenarios' helper processes find it (RegisterForHelpers):
+// two controls of one name would share a row, and a helper would run the
+// wrong one. One such pair was written and caught only by a docs table.
+func TestControlNamesUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range controls.All() {
+		if seen[c.Meta.Name] {
+			t.Errorf("two negative controls are named %q", c.Meta.Name)
+		}
+		seen[c.Meta.Name] = true
+	}
+}

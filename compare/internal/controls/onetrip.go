@@ -38,7 +38,7 @@ func onetripMistakes() []Control {
 			"an attempt held open explains a refused insert from the next statement's reading alone, as if nothing had been tried: a unit given back between the refusal and that reading leaves an empty answer with no error (outsider round 55's m09)",
 			inContract(contract, "checkUnitBackBetweenStatements")),
 		fromStrategy(onetrip.New(onetrip.Options{SessionAtDefaultIsolation: true}),
-			"ctl-session-default-isolation", "onetrip with one mistake", "new",
+			"ctl-attempt-at-default-isolation", "onetrip with one mistake", "new",
 			"an attempt held open begins at the server's default isolation level, not READ COMMITTED by name: on a database whose default is REPEATABLE READ, its request for a SKU another transaction changed after its first statement fails, and its COMMIT turns into a ROLLBACK (outsider round 55's m10)",
 			inContract(strategy.NoOversell, "checkAtDefaultIsolation")),
 		fromStrategy(onetrip.New(onetrip.Options{WhyNotKeyLike: true}),
