@@ -110,6 +110,13 @@ const (
 	// short strategy.Config.InternalDeadline is: a batch whose callers
 	// all gave up goes on waiting for its 30 s (outsider round 56's m13).
 	IgnoresInternalDeadline
+	// ResendsAfterEOF: a batch whose connection ended in an unexpected end
+	// of stream goes back to the queue, as if nothing had been written.
+	// PostgreSQL ends that way a backend it ended while its COMMIT waited
+	// for a synchronous standby, having committed locally: the batch sent
+	// again finds its rows and answers REPLAY for reservations a failover
+	// loses (outsider round 56's m35).
+	ResendsAfterEOF
 )
 
 func (o Options) withDefaults() Options {

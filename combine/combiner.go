@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,7 +113,7 @@ func (c *combiner) run(batch []*pending) {
 		switch {
 		case err != nil && c.d.opts.Mistake == DeadlineIsBusy && ctx.Err() != nil:
 			p.done <- answer{res: strategy.Result{Outcome: strategy.OutcomeBusy}}
-		case err != nil && !retryable(err):
+		case err != nil && !retryable(err) && !(c.d.opts.Mistake == ResendsAfterEOF && errors.Is(err, io.ErrUnexpectedEOF)):
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: in a batch of %d: %w", p.req.Key, len(batch), err)}
 		case err == nil && replies[i].err != nil:
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: %w", p.req.Key, replies[i].err)}

@@ -75,7 +75,13 @@ func (l *link) run(dark bool) {
 	go func() {
 		defer close(done)
 		l.serverToClient()
-		l.close() // the server closed: so does the client's side, as TCP would pass the FIN on
+		// The server closed: so does the client's side, in order, as TCP
+		// would pass the FIN on. A reset here turned PostgreSQL's own close
+		// of a backend it ended (after a local commit, a warning, then an
+		// end of stream: pgx's io.ErrUnexpectedEOF) into "connection reset",
+		// and a strategy that sends its work again after that error only
+		// was never met (outsider round 56's m35).
+		l.end(false)
 	}()
 	l.clientToServer()
 	if l.isOrphan() {
@@ -132,7 +138,11 @@ func (l *link) isSilent() bool {
 }
 
 // close resets both sides; it may be called more than once.
-func (l *link) close() {
+func (l *link) close() { l.end(true) }
+
+// end closes both sides, the client's with a reset or in order; it may be
+// called more than once.
+func (l *link) end(reset bool) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -142,7 +152,7 @@ func (l *link) close() {
 	server := l.server
 	close(l.gone)
 	l.mu.Unlock()
-	if tc, ok := l.client.(*net.TCPConn); ok {
+	if tc, ok := l.client.(*net.TCPConn); ok && reset {
 		_ = tc.SetLinger(0) // a reset, as a dropped connection is seen
 	}
 	_ = l.client.Close()

@@ -38,7 +38,8 @@ import (
 // gives then is the one checked: it must be unknown too.
 func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.proxy.LoseCancels(true)
-	waves := t.in.Stock[:len(t.in.Stock)-2] // the last two SKUs are the session's and the release's
+	waves := t.in.Stock[:len(t.in.Stock)-3] // the last three SKUs are the ended wave's, the session's and the release's
+	endedSKU := t.in.Stock[len(t.in.Stock)-3]
 	sessionSKU := t.sku(t.in.Stock[len(t.in.Stock)-2].SKU)
 	relKey, err := t.holdToRelease(ctx)
 	if err != nil {
@@ -49,6 +50,13 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 		return err
 	}
 	if err := pgcontrol.SetSyncStandby(ctx, t.env.Admin, "reservebench_no_such_standby"); err != nil {
+		return err
+	}
+	// First, while the pool is free (the waves' COMMITs keep their
+	// connections until the standby is dropped), the wave whose backends
+	// the harness ends.
+	ended, err := t.endedWhileWaiting(ctx, endedSKU)
+	if err != nil {
 		return err
 	}
 	// A second is far more than a reservation needs to reach its COMMIT, even
@@ -108,6 +116,10 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	t.fact("first wave: requests whose deadline expired, or whose caller cancelled (every other one), at COMMIT or before it while COMMITs waited", "%d of %d (acknowledged %d, refused %d)", info, t.in.Requests, ok, fail)
 	t.check(Base, "a deadline or a cancel at commit is an unknown outcome, never a definite one", info == t.in.Requests && ok == 0 && fail == 0,
 		fmt.Sprintf("ok %d, fail %d, unknown %d of %d", ok, fail, info, t.in.Requests))
+	ok3, fail3, _ := t.countTypesOf("ended")
+	t.vary("third wave: COMMITs whose backends the harness ended while they waited", ended)
+	t.check(Base, "a request whose COMMIT's backend was ended while it waited for the standby (PostgreSQL committed it locally, and says so only in a warning) ends unknown, never with a definite answer",
+		ended == 0 || ok3 == 0 && fail3 == 0, fmt.Sprintf("%d backends ended; of %d requests, %d acknowledged and %d refused", ended, t.in.Requests, ok3, fail3))
 	ok2, fail2, info2 := t.countTypesOf("then")
 	t.vary("second wave: acknowledged", ok2)
 	t.vary("second wave: refused", fail2)
@@ -149,6 +161,64 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	}
 	return nil
 }
+
+// endedWhileWaiting sends a third wave of requests, one for each unit of
+// sku, with a deadline of endedWithin, and ends (pg_terminate_backend) the
+// backend of each COMMIT that begins to wait for the standby meanwhile:
+// PostgreSQL has then committed it locally, warns of that, and closes the
+// connection, which the client reads as an unexpected end of stream. A
+// strategy that sends its work again on another connection after that
+// error finds its rows and answers REPLAY: a definite answer for a
+// reservation that a failover to the standby loses (combine sending a
+// batch again after an io.ErrUnexpectedEOF: outsider round 56's m35). It
+// returns how many backends it ended.
+func (t *trial) endedWhileWaiting(ctx context.Context, sku StockInput) (int, error) {
+	var before []int32
+	if err := t.env.Admin.QueryRow(ctx, syncRepPIDsSQL).Scan(&before); err != nil {
+		return 0, fmt.Errorf("list the COMMITs waiting for the standby: %w", err)
+	}
+	done := make(chan struct{})
+	ended := make(chan int, 1)
+	var endErr error
+	go func() {
+		n := 0
+		defer func() { ended <- n }()
+		for {
+			var waiting []int32
+			if err := t.env.Admin.QueryRow(ctx, syncRepPIDsSQL+` AND pid <> ALL($1::int4[])`, before).Scan(&waiting); err != nil {
+				endErr = fmt.Errorf("list the third wave's COMMITs waiting for the standby: %w", err)
+				return
+			}
+			for _, pid := range waiting {
+				if _, err := t.env.Admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+					endErr = fmt.Errorf("end backend %d: %w", pid, err)
+					return
+				}
+				before = append(before, pid)
+				n++
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond): // a poll of pg_stat_activity, not an order
+			}
+		}
+	}()
+	t.loadOver(ctx, []StockInput{sku}, sku.Total, "ended", endedWithin)
+	close(done)
+	n := <-ended
+	return n, endErr
+}
+
+// endedWithin is the deadline of each request of endedWhileWaiting's wave:
+// far longer than a COMMIT needs to be seen waiting and ended.
+const endedWithin = 10 * time.Second
+
+// syncRepPIDsSQL lists the backends of the database waiting for a
+// standby.
+const syncRepPIDsSQL = `
+SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event = 'SyncRep'`
 
 // syncRepWaitingSQL counts the backends of the database waiting for a
 // standby.

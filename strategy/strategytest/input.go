@@ -580,8 +580,8 @@ func (in *Scenario) Validate() error {
 		if in.Kind == KindServerCrash && len(in.CrashAfter) == 0 {
 			return bad("need crash_after")
 		}
-		if in.Kind == KindCommitTimeout && len(in.Stock) < 2 {
-			return bad("need two SKUs or more: the requests go to all but the last, which is the release's")
+		if in.Kind == KindCommitTimeout && len(in.Stock) < 4 {
+			return bad("need four SKUs or more: the requests go to all but the last three, which are the ended wave's, the session's and the release's")
 		}
 	case KindHTTPAdmission, KindHTTPDisconnect, KindHTTPOverload, KindHTTPBadInput:
 		if in.InFlight < 1 || in.Queue < 0 || in.WaitMs < 1 || in.WorkMs < 0 || in.BackoffMs < 0 || in.Extra < 0 || in.ReadTimeoutMs < 0 {
