@@ -12,7 +12,9 @@ import (
 )
 
 // runCommitTimeout makes COMMIT wait (synchronous replication to a standby
-// that does not exist) and lets each client's deadline expire while its
+// that does not exist). First a wave whose COMMITs' backends the harness
+// ends as soon as they wait (endedWhileWaiting): each is committed locally,
+// and must end unknown. Then it lets each client's deadline expire while its
 // COMMIT is in flight. The client saw an error; the reservation may well
 // exist. The deployment reaches the server through a proxy that loses the
 // clients' cancel requests (a cancel travels on a connection of its own,
