@@ -117,6 +117,10 @@ const (
 	// again finds its rows and answers REPLAY for reservations a failover
 	// loses (outsider round 56's m35).
 	ResendsAfterEOF
+	// AttachDropsInternalDeadline: a deployment made by Meta.Attach keeps
+	// Options.BatchTimeout whatever strategy.Config.InternalDeadline says;
+	// one made by Open honours it (outsider round 56's m36).
+	AttachDropsInternalDeadline
 )
 
 func (o Options) withDefaults() Options {
@@ -197,6 +201,9 @@ func Open(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, 
 func attach(ctx context.Context, cfg strategy.Config, opts Options) (*Deployment, error) {
 	if err := schema.Attach(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("combine: %w", err)
+	}
+	if opts.Mistake == AttachDropsInternalDeadline {
+		cfg.InternalDeadline = 0 // the mistake
 	}
 	return newDeployment(cfg, opts), nil
 }

@@ -33,12 +33,30 @@ func checkInternalDeadlineKept(t tester, meta strategy.Meta, db, admin *pgxpool.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sku := kitSKU("internal-deadline")
-	dep, err := meta.Open(ctx, strategy.Config{Resources: rs, DB: db, InternalDeadline: keptDeadline, Stock: []strategy.Stock{{SKU: sku, Total: 2}}})
+	cfg := strategy.Config{Resources: rs, DB: db, InternalDeadline: keptDeadline, Stock: []strategy.Stock{{SKU: sku, Total: 2}}}
+	dep, err := meta.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer dep.Close()
-	req := strategy.Request{Key: "kit-internal-deadline-" + sku, User: "kit-internal-deadline", SKU: sku, TTL: time.Hour}
+	internalDeadlineKept(ctx, t, admin, dep, sku, "kit-internal-deadline-"+sku, "")
+	// A process that attaches keeps the deadline too (outsider round 56's
+	// m36: combine's Attach dropped it).
+	if meta.Attach != nil {
+		attached, err := meta.Attach(ctx, cfg)
+		if err != nil {
+			t.Fatalf("Attach: %v", err)
+		}
+		defer attached.Close()
+		internalDeadlineKept(ctx, t, admin, attached, sku, "kit-internal-deadline-attached-"+sku, "on an attached deployment, ")
+	}
+}
+
+// internalDeadlineKept is checkInternalDeadlineKept's request for sku,
+// with key, on dep.
+func internalDeadlineKept(ctx context.Context, t tester, admin *pgxpool.Pool, dep strategy.Deployment, sku, key, where string) {
+	t.Helper()
+	req := strategy.Request{Key: key, User: "kit-internal-deadline", SKU: sku, TTL: time.Hour}
 	lockTables(ctx, t, admin, nil, func(holder int32) {
 		callerCtx, giveUp := context.WithCancel(ctx)
 		defer giveUp()
@@ -52,13 +70,16 @@ func checkInternalDeadlineKept(t tester, meta strategy.Meta, db, admin *pgxpool.
 		givenUpAnswer(t, done, "Reserve waiting behind the locked tables")
 		box.rethrow()
 		if !blocked {
-			t.Skip("the request did not wait in PostgreSQL behind the locked tables")
+			if where == "" {
+				t.Skip("the request did not wait in PostgreSQL behind the locked tables")
+			}
+			return
 		}
 		bound, stop := context.WithTimeout(ctx, keptWithin)
 		defer stop()
 		if err := awaitNoWaiter(bound, admin, holder); err != nil {
-			t.Errorf("Reserve %q, waiting behind the strategy's locked tables, given up by its caller; with Config.InternalDeadline %v, its work still waits %v later: %v (work no caller bounds ends by InternalDeadline)",
-				req.Key, keptDeadline, keptWithin, err)
+			t.Errorf("%sReserve %q, waiting behind the strategy's locked tables, given up by its caller; with Config.InternalDeadline %v, its work still waits %v later: %v (work no caller bounds ends by InternalDeadline)",
+				where, req.Key, keptDeadline, keptWithin, err)
 		}
 	})
 }
