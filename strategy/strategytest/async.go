@@ -66,6 +66,21 @@ func lockWaitOf[A any](done chan A) *strategy.LockWait {
 // waits behind that lock's holder as a backend in pg_blocking_pids does.
 func lockWaiting[A any](done chan A) bool { return lockWaitOf(done).Waiting() }
 
+// sessionOn opens an attempt held open on node, where the strategy has
+// them (ok false where it has not); the caller rolls it back.
+func sessionOn(ctx context.Context, t tester, node strategy.Strategy) (s strategy.Session, ok bool) {
+	t.Helper()
+	opener, ok := node.(strategy.SessionOpener)
+	if !ok {
+		return nil, false
+	}
+	s, err := opener.OpenSession(ctx)
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	return s, true
+}
+
 // holdInSession opens an attempt held open and reserves req in it, which
 // must be HELD, and returns the attempt and its backends; the caller rolls
 // it back. A check that needs to see a wait behind the attempt in

@@ -59,13 +59,9 @@ func conflictEndsBeforeLookup(ctx context.Context, t tester, meta strategy.Meta,
 	}
 	var via reserver = node
 	if inSession {
-		opener, ok := node.(strategy.SessionOpener)
+		s, ok := sessionOn(ctx, t, node)
 		if !ok {
 			return
-		}
-		s, err := opener.OpenSession(ctx)
-		if err != nil {
-			t.Fatalf("OpenSession: %v", err)
 		}
 		defer func() { _ = s.Rollback(ctx) }()
 		via = s

@@ -48,13 +48,9 @@ func checkWritesSkipped(t tester, meta strategy.Meta, db, admin *pgxpool.Pool, r
 	// refusal on a path of its own (combine's attempt is a batch of one,
 	// never sent back to a queue: outsider round 56's m15 answered SOLD_OUT
 	// there).
-	opener, ok := dep.Node(0).(strategy.SessionOpener)
+	s, ok := sessionOn(ctx, t, dep.Node(0))
 	if !ok {
 		return
-	}
-	s, err := opener.OpenSession(ctx)
-	if err != nil {
-		t.Fatalf("OpenSession: %v", err)
 	}
 	defer func() { _ = s.Rollback(ctx) }()
 	reqCtx, reqCancel = context.WithTimeout(ctx, writesFailFor)
