@@ -148,7 +148,7 @@ func (d *fakeDeployment) MakeDue(_ context.Context, keys []string) (int, error) 
 	n := 0
 	for _, k := range keys {
 		for _, r := range s.rows {
-			if r.Key == k && r.Status == strategy.StatusHeld {
+			if r.Key == k && r.Status == strategy.StatusHeld && slices.Contains(d.skus, r.SKU) {
 				r.ExpiresAt = time.Now().Add(-400 * 24 * time.Hour) // strategy.Ager: 400 days back
 				n++
 				break
