@@ -121,6 +121,11 @@ const (
 	// Options.BatchTimeout whatever strategy.Config.InternalDeadline says;
 	// one made by Open honours it (outsider round 56's m36).
 	AttachDropsInternalDeadline
+	// FailedBatchErrorToFirst: a batch that failed answers its error to
+	// its first request only and sends the others again, as if nothing had
+	// been written for them: where its COMMIT had been in doubt and went
+	// through, they are answered REPLAY (outsider round 56's m17).
+	FailedBatchErrorToFirst
 )
 
 func (o Options) withDefaults() Options {

@@ -113,7 +113,8 @@ func (c *combiner) run(batch []*pending) {
 		switch {
 		case err != nil && c.d.opts.Mistake == DeadlineIsBusy && ctx.Err() != nil:
 			p.done <- answer{res: strategy.Result{Outcome: strategy.OutcomeBusy}}
-		case err != nil && !retryable(err) && !(c.d.opts.Mistake == ResendsAfterEOF && errors.Is(err, io.ErrUnexpectedEOF)):
+		case err != nil && !retryable(err) && !(c.d.opts.Mistake == ResendsAfterEOF && errors.Is(err, io.ErrUnexpectedEOF)) &&
+			!(c.d.opts.Mistake == FailedBatchErrorToFirst && i > 0):
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: in a batch of %d: %w", p.req.Key, len(batch), err)}
 		case err == nil && replies[i].err != nil:
 			p.done <- answer{err: fmt.Errorf("combine: reserve %q: %w", p.req.Key, replies[i].err)}

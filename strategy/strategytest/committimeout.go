@@ -164,8 +164,8 @@ func runCommitTimeout(ctx context.Context, t *trial) error {
 	return nil
 }
 
-// endedWhileWaiting sends a third wave of requests, one for each unit of
-// sku, with a deadline of endedWithin, and ends (pg_terminate_backend) the
+// endedWhileWaiting sends endedRequests requests for sku, all at once to
+// node 0, each with a deadline of endedWithin, and ends (pg_terminate_backend) the
 // backend of each COMMIT that begins to wait for the standby meanwhile:
 // PostgreSQL has then committed it locally, warns of that, and closes the
 // connection, which the client reads as an unexpected end of stream. A
@@ -206,7 +206,17 @@ func (t *trial) endedWhileWaiting(ctx context.Context, sku StockInput) (int, err
 			}
 		}
 	}()
-	t.loadOver(ctx, []StockInput{sku}, sku.Total, "ended", endedWithin)
+	// All at once, to one node: one that combines requests sends the first
+	// alone and the rest in one batch behind it, which is ended too (a
+	// combine that answered the error to the first request of a failed
+	// batch only, and sent the rest again, answered them REPLAY: outsider
+	// round 56's m17).
+	Together(endedRequests, func(i int) {
+		rctx, cancel := context.WithTimeout(ctx, endedWithin)
+		defer cancel()
+		t.reserve(rctx, fmt.Sprintf("ended%d", i), 0, strategy.Request{
+			Key: t.key(fmt.Sprintf("ended-%04d", i)), User: t.user(fmt.Sprintf("user-ended-%04d", i)), SKU: t.sku(sku.SKU), TTL: strategy.TTLForever})
+	})
 	close(done)
 	n := <-ended
 	return n, endErr
@@ -215,6 +225,11 @@ func (t *trial) endedWhileWaiting(ctx context.Context, sku StockInput) (int, err
 // endedWithin is the deadline of each request of endedWhileWaiting's wave:
 // far longer than a COMMIT needs to be seen waiting and ended.
 const endedWithin = 10 * time.Second
+
+// endedRequests is how many requests endedWhileWaiting sends; its SKU has
+// twice as many units, so that a strategy that splits a SKU between its
+// nodes has one for each on node 0.
+const endedRequests = 3
 
 // syncRepPIDsSQL lists the backends of the database waiting for a
 // standby.
