@@ -85,6 +85,13 @@ type Options struct {
 	// resend is REPLAY of a HELD reservation that is not (outsider round
 	// 41's ssicount).
 	ReplayFromMemory bool
+	// LostLastUnitSoldOut is a deliberate mistake, for the negative control
+	// ctl-lost-last-unit-sold-out only: a Reserve reads the stock row
+	// first, and when it saw the last unit and the row then changed under
+	// its decrement ("someone took the last one"), it answers SOLD_OUT,
+	// though the change may have been a unit given back (an optimistic
+	// design's mistake, outsider round 57's m16).
+	LostLastUnitSoldOut bool
 }
 
 func (o Options) isolation() pgx.TxIsoLevel {
@@ -227,6 +234,7 @@ func newDeployment(cfg strategy.Config, opts Options) *Deployment {
 		spentSold:  opts.RetriesSpentSoldOut,
 		sumUnits:   opts.UnitsSummedOverRetries,
 		remember:   opts.ReplayFromMemory,
+		lostLast:   opts.LostLastUnitSoldOut,
 		skus:       cfg.SKUs(),
 		owns:       pgstrategy.NewSKUs(cfg),
 	}
@@ -261,6 +269,7 @@ type Deployment struct {
 	spentSold  bool // Options.RetriesSpentSoldOut
 	sumUnits   bool // Options.UnitsSummedOverRetries
 	remember   bool // Options.ReplayFromMemory: answered holds in answered
+	lostLast   bool // Options.LostLastUnitSoldOut
 	answered   sync.Map
 	skus       []string
 	owns       pgstrategy.SKUs

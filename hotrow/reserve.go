@@ -79,7 +79,7 @@ var errInvisibleConflict = errors.New("hotrow: a conflicting reservation is not 
 // transaction as it found it: everything after the savepoint is rolled back,
 // so committing writes nothing. On HELD the reservation row and the
 // decrement are pending in tx. On an error tx may be aborted.
-func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy.Result, error) {
+func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request, lostLast bool) (strategy.Result, error) {
 	if _, err := tx.Exec(ctx, sqlSavepoint); err != nil {
 		return strategy.Result{}, fmt.Errorf("savepoint: %w", err)
 	}
@@ -129,6 +129,9 @@ func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy
 		return strategy.Result{}, fmt.Errorf("insert reservation: %w", err)
 	}
 
+	if lostLast {
+		return takeUnlessLostLast(ctx, tx, req, held)
+	}
 	tag, err := tx.Exec(ctx, sqlTakeUnit, req.SKU)
 	if err != nil {
 		return strategy.Result{}, fmt.Errorf("take unit: %w", err)
@@ -139,6 +142,28 @@ func reserveInTx(ctx context.Context, tx pgx.Tx, req strategy.Request) (strategy
 			return strategy.Result{}, err
 		}
 		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	}
+	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: held}, nil
+}
+
+// takeUnlessLostLast is the decrement with Options.LostLastUnitSoldOut's
+// mistake: SOLD_OUT when the row read before it had one unit and the
+// decrement then found it changed.
+func takeUnlessLostLast(ctx context.Context, tx pgx.Tx, req strategy.Request, held strategy.Reservation) (strategy.Result, error) {
+	var seen int
+	if err := tx.QueryRow(ctx, `SELECT available FROM sku_stock WHERE sku = $1`, req.SKU).Scan(&seen); err != nil {
+		return strategy.Result{}, fmt.Errorf("read stock: %w", err)
+	}
+	var left int
+	err := tx.QueryRow(ctx, sqlTakeUnit+` RETURNING available`, req.SKU).Scan(&left)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && seen == 1 && left != 0: // the mistake: a change is not a sale
+		if err := rollbackToSavepoint(ctx, tx); err != nil {
+			return strategy.Result{}, err
+		}
+		return strategy.Result{Outcome: strategy.OutcomeSoldOut}, nil
+	case err != nil:
+		return strategy.Result{}, fmt.Errorf("take unit: %w", err)
 	}
 	return strategy.Result{Outcome: strategy.OutcomeHeld, Reservation: held}, nil
 }
@@ -200,7 +225,7 @@ func (n *node) Reserve(ctx context.Context, req strategy.Request) (strategy.Resu
 	var res strategy.Result
 	err := n.d.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		res, err = reserveInTx(ctx, tx, req)
+		res, err = reserveInTx(ctx, tx, req, n.d.lostLast)
 		return err
 	})
 	switch {

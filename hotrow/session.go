@@ -52,7 +52,7 @@ func (s *session) Reserve(ctx context.Context, req strategy.Request) (strategy.R
 		return strategy.BadRequest(err)
 	}
 	res, err := pgstrategy.InTx(s.Tx, func(tx pgx.Tx) (strategy.Result, error) {
-		return reserveInTx(ctx, tx, req)
+		return reserveInTx(ctx, tx, req, s.d.lostLast)
 	})
 	switch {
 	case errors.Is(err, strategy.ErrBadRequest):

@@ -110,6 +110,8 @@ func runDeploymentContract(ctx context.Context, t *trial) error {
 			func(r tester) { checkConflictCommitsWhileWaiting(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictCommitsWhileWaiting"},
 		{"a request refused by a unique index for its user's reservation, released before the strategy's next statement asks why (held by the kit's tracer), is USER_LIMIT or HELD, never SOLD_OUT while units are free",
 			func(r tester) { checkConflictEndsBeforeLookup(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkConflictEndsBeforeLookup"},
+		{"a request for a SKU of 2 units, one free and the other being given back by an expiry job held open, is HELD once the job commits, never SOLD_OUT",
+			func(r tester) { checkRequestBehindGiveBack(r, t.env.Meta, t.env.DB, t.env.Admin, rs) }, strategy.NoPhantomSoldOut, "checkRequestBehindGiveBack"},
 		{"a unit sold on one node and expired by the job on another goes back once: after the seller restarts, a SKU of 2 units (shares [1, 1]) sells at most 2",
 			func(r tester) { checkExpiredByOtherNodeThenRestart(r, t.env.Meta, t.env.DB, rs) }, strategy.SurvivesRestart, "checkExpiredByOtherNodeThenRestart"},
 		{"an attempt held open whose backend ends before its COMMIT wrote nothing: on a SKU of 1 unit, Commit fails and a new user is HELD",

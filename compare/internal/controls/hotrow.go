@@ -4,6 +4,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/reservebench/reservebench/hotrow"
+	"github.com/reservebench/reservebench/strategy"
 )
 
 // hotrowMistakes are hotrow with one mistake, claiming what hotrow claims.
@@ -17,6 +18,10 @@ func hotrowMistakes() []Control {
 			"ctl-units-summed-over-retries", "hotrow-serializable with one mistake", "new",
 			"Release and the expiry job add up the units each attempt's statement returned: an attempt whose COMMIT failed with 40001 and was retried counts its units twice, a Release of one unit reports 2 (outsider round 40's m2 and m3)",
 			inContract(contract, "checkRetriedAtCommit")),
+		fromStrategy(hotrow.New(hotrow.Options{LostLastUnitSoldOut: true}),
+			"ctl-lost-last-unit-sold-out", "hotrow with one mistake", "new",
+			"a request reads the stock row before its decrement, and when it saw the last unit and the row changed under the decrement (\"someone took the last one\") answers SOLD_OUT, though the change was a unit given back: an expiry job held open gives one back while the request waits (outsider round 57's m16, an optimistic design's compare-and-set)",
+			inContract(strategy.NoPhantomSoldOut, "checkRequestBehindGiveBack")),
 		fromStrategy(hotrow.New(hotrow.Options{ReplayFromMemory: true}),
 			"ctl-replay-from-memory", "hotrow with one mistake", "new",
 			"a process answers a resend from the reservations it answered, forgetting one only when one of its own nodes releases or confirms it: after a second process released a key, its resend is REPLAY of a HELD reservation (outsider round 41's ssicount)",
