@@ -258,7 +258,10 @@ type Config struct {
 	// InternalDeadline, when positive, bounds every deadline the strategy
 	// sets on work of its own that no caller's context bounds (combine's
 	// batch, which serves requests whose callers may give up); 0 keeps the
-	// strategy's defaults. A strategy with such deadlines honours it. The
+	// strategy's defaults. A strategy with such deadlines honours it, on a
+	// deployment made by Open or by Attach (the kit's
+	// checkInternalDeadlineKept: once a request's caller gave up, nothing
+	// of it still waits in PostgreSQL 5 s later with 300 ms here). The
 	// conformance kit sets it shorter than the stalls it makes, so that
 	// the answer a strategy gives when its own deadline fires is checked:
 	// with a default of 30 seconds no scenario would ever reach that code.
